@@ -1,0 +1,1 @@
+"""megatron-scale: SCALE upscaled continual pre-training on Megatron-Core."""

@@ -1,0 +1,125 @@
+"""The single gateway to megatron.core.
+
+Every megatron.core symbol megatron-scale uses is imported here and nowhere else, so the next
+megatron-core API change (the spec API moved three times between core_v0.16 and core_v0.18) is a
+one-file change. The pinned version is checked on first import: a different megatron-core stops
+with a message that names both versions instead of failing somewhere deep in a layer.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+MCORE_VERSION = "0.19.2"
+
+
+def _check_version() -> None:
+    try:
+        found = version("megatron-core")
+    except PackageNotFoundError as e:  # pragma: no cover - install problem
+        raise ImportError(
+            f"megatron-scale needs megatron-core=={MCORE_VERSION}; it is not installed "
+            f"(pip install 'megatron-core=={MCORE_VERSION}')"
+        ) from e
+    if found != MCORE_VERSION:
+        raise ImportError(
+            f"megatron-scale is pinned to megatron-core=={MCORE_VERSION} but {found} is installed; "
+            f"the layer specs and CPU backend were checked against {MCORE_VERSION} only"
+        )
+
+
+_check_version()
+
+# ruff: noqa: E402  (imports after the version check on purpose)
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+from megatron.core.dist_checkpointing import ShardedTensor
+from megatron.core.dist_checkpointing.mapping import (
+    ShardedStateDict,
+    ShardedTensorFactory,
+    apply_factories,
+    apply_factory_merges,
+)
+from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.models.common.embeddings.language_model_embedding import (
+    LanguageModelEmbedding,
+)
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.tensor_parallel.layers import VocabParallelEmbedding
+from megatron.core.tensor_parallel.mappings import (
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    gather_from_tensor_model_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+)
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.tensor_parallel.utils import VocabUtility
+from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+from megatron.core.transformer.dot_product_attention import DotProductAttention
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_layer import (
+    TransformerLayer,
+    TransformerLayerSubmodules,
+    get_transformer_layer_offset,
+)
+from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
+from megatron.core.utils import (
+    get_pg_rank,
+    get_pg_size,
+    make_sharded_tensor_for_checkpoint,
+    make_tp_sharded_tensor_for_checkpoint,
+)
+
+__all__ = [
+    "MCORE_VERSION",
+    "MLP",
+    "AttnMaskType",
+    "DotProductAttention",
+    "GPTModel",
+    "IdentityOp",
+    "LanguageModelEmbedding",
+    "MLPSubmodules",
+    "ModuleSpec",
+    "ProcessGroupCollection",
+    "SelfAttention",
+    "SelfAttentionSubmodules",
+    "ShardedStateDict",
+    "ShardedTensor",
+    "ShardedTensorFactory",
+    "TransformerBlockSubmodules",
+    "TransformerConfig",
+    "TransformerLayer",
+    "TransformerLayerSubmodules",
+    "VocabParallelEmbedding",
+    "VocabUtility",
+    "apply_factories",
+    "apply_factory_merges",
+    "copy_to_tensor_model_parallel_region",
+    "dist_checkpointing",
+    "gather_from_sequence_parallel_region",
+    "gather_from_tensor_model_parallel_region",
+    "get_bias_dropout_add",
+    "get_gpt_layer_local_spec",
+    "get_num_layers_to_build",
+    "get_pg_rank",
+    "get_pg_size",
+    "get_transformer_layer_offset",
+    "make_sharded_tensor_for_checkpoint",
+    "make_sharded_tensors_for_checkpoint",
+    "make_tp_sharded_tensor_for_checkpoint",
+    "model_parallel_cuda_manual_seed",
+    "parallel_state",
+    "reduce_from_tensor_model_parallel_region",
+    "reduce_scatter_to_sequence_parallel_region",
+    "tensor_parallel",
+]

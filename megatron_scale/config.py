@@ -1,0 +1,195 @@
+"""SCALE configuration: how wide the expansion is, which variant, how the new rows start.
+
+`ScaleConfig` is what a user writes (every size optional: a quarter of the base by default).
+`ScaleDims` is the resolved, validated geometry of one model: base sizes beside expansion sizes.
+`ScaleConfig.resolve(base, tp)` is the only way to get one, and it checks every setting before any
+process group or model exists, with one message per bad setting that names it.
+
+Notation (scale-method.md): hidden d (+d'), query heads h (+h'), KV groups g (+g'), SwiGLU width
+f (+f'), head size k (never changes), L layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+VARIANTS = ("preserve", "adapt", "route")
+INITS = ("svd", "normal", "zero")
+ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
+
+Variant = Literal["preserve", "adapt", "route"]
+Init = Literal["svd", "normal", "zero"]
+
+
+class ScaleConfigError(ValueError):
+    """A SCALE setting is invalid; the message names the setting (and its CLI flag)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ScaleConfig:
+    """SCALE settings as a user gives them (CLI flags are the field names as --scale-*)."""
+
+    hidden_up: int | None = None
+    """d': extra hidden dims. None: hidden_size // 4."""
+    heads_up: int | None = None
+    """h': extra query heads. None: num_attention_heads // 4."""
+    groups_up: int | None = None
+    """g': extra KV groups. None: max(1, groups // 4), or h' / (h/g) so the GQA ratio holds."""
+    ffn_up: int | None = None
+    """f': extra SwiGLU units (gate and up each). None: ffn_hidden_size // 4."""
+    variant: str = "preserve"
+    """preserve | adapt | route."""
+    init: str = "svd"
+    """How [W21 W22] starts: svd (top singular directions of W, scaled) | normal | zero."""
+    init_std: float = 0.02
+    """Standard deviation of the normal init (and of W22 under svd)."""
+    adapt_layers: tuple[int, ...] | None = None
+    """0-based layers whose W12 collaborates (adapt). None: the upper half."""
+    adapt_modules: tuple[str, ...] = ("qkv", "proj")
+    """Modules whose W12 collaborates (adapt): any of qkv, proj, fc1, fc2. Default: attention."""
+    route_adapt: bool = False
+    """route only: build the routed model on Adapt (W12 where the adapt settings say)."""
+    router_tau: float = 0.5
+    """route: emit the preservation head where cos(z_p, z_a) >= tau."""
+    seed: int = 1234
+    """Seed of the expansion init (deterministic for a seed)."""
+
+    def resolve(self, base: object, tensor_parallel_size: int = 1) -> ScaleDims:
+        """Validate against a base TransformerConfig-like object and return the full geometry."""
+        return _resolve(self, base, tensor_parallel_size)
+
+
+@dataclass(kw_only=True, frozen=True)
+class ScaleDims:
+    """Resolved geometry of a SCALE model. Base sizes unprimed, expansion sizes `*_up`."""
+
+    num_layers: int
+    hidden: int
+    hidden_up: int
+    heads: int
+    heads_up: int
+    groups: int
+    groups_up: int
+    head_dim: int
+    ffn: int
+    ffn_up: int
+    variant: str
+    init: str
+    init_std: float
+    adapt_layers: frozenset[int] = field(default_factory=frozenset)
+    adapt_modules: frozenset[str] = field(default_factory=frozenset)
+    router_tau: float = 0.5
+    seed: int = 1234
+
+    @property
+    def routed(self) -> bool:
+        return self.variant == "route"
+
+    def adapts(self, layer: int, module: str) -> bool:
+        """Whether W12 exists (trainable, zero-initialised) in `module` of 0-based `layer`."""
+        return layer in self.adapt_layers and module in self.adapt_modules
+
+    def qkv_rows(self, up: bool) -> int:
+        """Output rows of linear_qkv: (h + 2g) k for the base, (h' + 2g') k for the new groups."""
+        h, g = (self.heads_up, self.groups_up) if up else (self.heads, self.groups)
+        return (h + 2 * g) * self.head_dim
+
+    def widened(self, base: object) -> object:
+        """The TransformerConfig of the widened model: every width is base + expansion.
+
+        kv_channels is pinned to the base head size k: the head size never changes."""
+        return dataclasses.replace(
+            base,  # type: ignore[type-var]
+            hidden_size=self.hidden + self.hidden_up,
+            num_attention_heads=self.heads + self.heads_up,
+            num_query_groups=self.groups + self.groups_up,
+            ffn_hidden_size=self.ffn + self.ffn_up,
+            kv_channels=self.head_dim,
+        )
+
+
+def _fail(setting: str, msg: str) -> ScaleConfigError:
+    flag = "--scale-" + setting.replace("_", "-")
+    return ScaleConfigError(f"ScaleConfig.{setting} ({flag}): {msg}")
+
+
+def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
+    d = int(getattr(base, "hidden_size"))
+    h = int(getattr(base, "num_attention_heads"))
+    g = int(getattr(base, "num_query_groups", None) or h)
+    k = int(getattr(base, "kv_channels", None) or d // h)
+    f = int(getattr(base, "ffn_hidden_size"))
+    layers = int(getattr(base, "num_layers"))
+    if cfg.variant not in VARIANTS:
+        raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
+    if cfg.init not in INITS:
+        raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
+    if not getattr(base, "gated_linear_unit", True):
+        raise ScaleConfigError("base TransformerConfig.gated_linear_unit must be True (SwiGLU FFN)")
+    if getattr(base, "add_bias_linear", False) or getattr(base, "add_qkv_bias", False):
+        raise ScaleConfigError(
+            "base TransformerConfig.add_bias_linear/add_qkv_bias: SCALE layers are bias-free "
+            "(Llama family); set both to False"
+        )
+    if getattr(base, "normalization", "RMSNorm") != "RMSNorm":
+        raise ScaleConfigError("base TransformerConfig.normalization must be 'RMSNorm' (split RMSNorm)")
+
+    d_up = d // 4 if cfg.hidden_up is None else cfg.hidden_up
+    h_up = h // 4 if cfg.heads_up is None else cfg.heads_up
+    f_up = f // 4 if cfg.ffn_up is None else cfg.ffn_up
+    ratio = h // g
+    g_up = cfg.groups_up if cfg.groups_up is not None else max(1, h_up // ratio)
+    for name, value in (("hidden_up", d_up), ("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise _fail(name, f"must be a positive integer, got {value!r}")
+    if h_up % g_up or h_up // g_up != ratio:
+        raise _fail(
+            "groups_up",
+            f"heads_up/groups_up = {h_up}/{g_up} must equal the base GQA ratio "
+            f"heads/groups = {h}/{g} = {ratio}",
+        )
+    if tp < 1:
+        raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
+    for name, value in (("hidden_up", d_up), ("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
+        if name != "hidden_up" and value % tp:
+            raise _fail(
+                name,
+                f"{value} is not divisible by the tensor-parallel size {tp} "
+                "(--tensor-model-parallel-size); each rank holds an equal share of the new units",
+            )
+    for name, value in (("num_attention_heads", h), ("num_query_groups", g), ("ffn_hidden_size", f)):
+        if value % tp:
+            raise ScaleConfigError(
+                f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
+            )
+    if not 0 <= cfg.init_std:
+        raise _fail("init_std", f"must be >= 0, got {cfg.init_std}")
+    bad = [m for m in cfg.adapt_modules if m not in ADAPT_MODULES]
+    if bad:
+        raise _fail("adapt_modules", f"unknown module(s) {bad}; choose from {', '.join(ADAPT_MODULES)}")
+    adapt_layers = range(layers // 2, layers) if cfg.adapt_layers is None else cfg.adapt_layers
+    out_of_range = [i for i in adapt_layers if not 0 <= i < layers]
+    if out_of_range:
+        raise _fail("adapt_layers", f"layers {out_of_range} are outside 0..{layers - 1}")
+    collaborate = cfg.variant == "adapt" or (cfg.variant == "route" and cfg.route_adapt)
+    return ScaleDims(
+        num_layers=layers,
+        hidden=d,
+        hidden_up=d_up,
+        heads=h,
+        heads_up=h_up,
+        groups=g,
+        groups_up=g_up,
+        head_dim=k,
+        ffn=f,
+        ffn_up=f_up,
+        variant=cfg.variant,
+        init=cfg.init,
+        init_std=cfg.init_std,
+        adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
+        adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
+        router_tau=cfg.router_tau,
+        seed=cfg.seed,
+    )

@@ -1,0 +1,117 @@
+"""One call from a base TransformerConfig and a ScaleConfig to an upscaled megatron-core GPTModel.
+
+    model = build_scale_gpt(base_config, ScaleConfig(variant="preserve"), vocab_size=V,
+                            max_sequence_length=S, tied_embeddings=True)
+
+The model is megatron-core's GPTModel at the widened sizes, built from the SCALE layer spec, with
+its word embedding and output layer replaced by the two-table versions (heads.py). Every SCALE
+setting is checked before any module exists. Fresh from the builder the base blocks hold random
+values and every block that touches the base path is zero; `upscale.load_upscaled` fills them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch import nn
+
+from megatron_scale import _mcore as mc
+from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.model.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
+from megatron_scale.model.spec import LOCAL, ScaleBackend, get_scale_block_spec
+
+
+class ScaleGPTModel(mc.GPTModel):
+    """megatron-core GPTModel at the widened sizes; `scale_dims` holds the geometry."""
+
+    def __init__(
+        self,
+        dims: ScaleDims,
+        config: Any,
+        block_spec: Any,
+        *,
+        vocab_size: int,
+        max_sequence_length: int,
+        tied_embeddings: bool,
+        **gpt_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            config,
+            block_spec,
+            vocab_size,
+            max_sequence_length,
+            share_embeddings_and_output_weights=tied_embeddings,
+            **gpt_kwargs,
+        )
+        if tied_embeddings and config.pipeline_model_parallel_size > 1:
+            raise NotImplementedError(
+                "tied embeddings with pipeline parallelism are not supported by SCALE models yet"
+            )
+        self.scale_dims = dims
+        tp_group = self.pg_collection.tp
+        if self.pre_process:
+            old = self.embedding.word_embeddings
+            self.embedding.word_embeddings = ScaleVocabParallelEmbedding(
+                vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
+                reduce_scatter_embeddings=old.reduce_scatter_embeddings,
+            )
+            self.embedding.word_embeddings.weight.is_embedding_or_output_parameter = True
+        if self.post_process:
+            self.output_layer = ScaleOutputLayer(
+                vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
+                tied=tied_embeddings, gather_output=not self.parallel_output, tau=dims.router_tau,
+                routed=dims.routed,
+            )
+
+
+def build_scale_gpt(
+    base_config: Any,
+    scale: ScaleConfig,
+    *,
+    vocab_size: int,
+    max_sequence_length: int,
+    tied_embeddings: bool = False,
+    backend: ScaleBackend = LOCAL,
+    vp_stage: int | None = None,
+    pp_rank: int | None = None,
+    **gpt_kwargs: Any,
+) -> ScaleGPTModel:
+    """Build the SCALE model for this rank's TP partition and pipeline stage.
+
+    `gpt_kwargs` go to GPTModel (position_embedding_type, rotary_base, pre_process, ...)."""
+    dims = scale.resolve(base_config, base_config.tensor_model_parallel_size)
+    config = dims.widened(base_config)
+    spec = get_scale_block_spec(dims, config, backend, vp_stage=vp_stage, pp_rank=pp_rank)
+    return ScaleGPTModel(
+        dims, config, spec, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+        tied_embeddings=tied_embeddings, vp_stage=vp_stage, **gpt_kwargs,
+    )
+
+
+def output_layers(model: nn.Module) -> list[ScaleOutputLayer]:
+    return [m for m in model.modules() if isinstance(m, ScaleOutputLayer)]
+
+
+@contextmanager
+def output_head(model: nn.Module, head: str) -> Iterator[None]:
+    """Temporarily choose the logits a SCALE model returns: adapt | preserve | route."""
+    layers = output_layers(model)
+    before = [layer.head for layer in layers]
+    for layer in layers:
+        layer.set_head(head)
+    try:
+        yield
+    finally:
+        for layer, h in zip(layers, before, strict=True):
+            layer.set_head(h)
+
+
+def frozen_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """The pre-trained base tensors (never trained)."""
+    return ((n, p) for n, p in model.named_parameters() if not p.requires_grad)
+
+
+def trainable_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    return ((n, p) for n, p in model.named_parameters() if p.requires_grad)

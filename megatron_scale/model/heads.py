@@ -1,0 +1,166 @@
+"""The widened input embedding and the two-headed output layer.
+
+    embedding:  [E | E_up] lookup        E [V, d] frozen, E_up [V, d'] trainable, zero at init
+    output:     z_p = W_out h            W_out [V, d] frozen (the embedding E when the base ties them)
+                z_a = z_p + W_out_up h_up   W_out_up [V, d'] trainable, zero at init
+
+W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
+output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`.
+Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from megatron_scale import _mcore as mc
+from megatron_scale.model.routing import route
+
+HEADS = ("auto", "adapt", "preserve", "route")
+
+
+def _table(rows: int, cols: int, config: Any, trainable: bool) -> nn.Parameter:
+    device = torch.device("cpu") if config.use_cpu_initialization else torch.cuda.current_device()
+    p = nn.Parameter(torch.zeros(rows, cols, dtype=config.params_dtype, device=device))
+    p.requires_grad_(trainable)
+    return p
+
+
+class _VocabParallel(nn.Module):
+    def __init__(self, vocab: int, config: Any, tp_group: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.tp_group = tp_group if tp_group is not None else mc.parallel_state.get_tensor_model_parallel_group()
+        self.tp_size = mc.get_pg_size(self.tp_group)
+        self.tp_rank = mc.get_pg_rank(self.tp_group)
+        self.vocab_start_index, self.vocab_end_index = (
+            mc.VocabUtility.vocab_range_from_global_vocab_size(vocab, self.tp_rank, self.tp_size)
+        )
+        self.vocab_local = self.vocab_end_index - self.vocab_start_index
+
+    def _vocab_sharded(self, prefix: str, tensors: dict, sharded_offsets: tuple, metadata: dict | None) -> dict:
+        dp_group = (metadata or {}).get("dp_cp_group")
+        if dp_group is None:
+            dp_group = mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
+        return mc.make_sharded_tensors_for_checkpoint(
+            tensors, prefix, {k: 0 for k in tensors}, sharded_offsets, tp_group=self.tp_group, dp_cp_group=dp_group
+        )
+
+    def _mark(self, p: nn.Parameter) -> None:
+        if self.tp_size > 1:
+            mc.tensor_parallel.set_tensor_model_parallel_attributes(p, is_parallel=True, dim=0, stride=1)
+
+
+class ScaleVocabParallelEmbedding(_VocabParallel):
+    """Replaces LanguageModelEmbedding.word_embeddings. Per rank: weight [V/tp, d] (frozen),
+    weight_up [V/tp, d']; forward [b, s] ids -> [b, s, d + d'] (or [s/tp, b, ...] reduce-scattered
+    when the embedding module asks for it, as megatron-core's own does)."""
+
+    def __init__(
+        self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
+        reduce_scatter_embeddings: bool = False,
+    ) -> None:
+        super().__init__(vocab, config, tp_group)
+        self.reduce_scatter_embeddings = reduce_scatter_embeddings
+        self.weight = _table(self.vocab_local, base_dim, config, trainable=False)
+        self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self._mark(self.weight_up)
+
+    def forward(self, input_: torch.Tensor) -> torch.Tensor:
+        if self.tp_size > 1:
+            mask = (input_ < self.vocab_start_index) | (input_ >= self.vocab_end_index)
+            ids = (input_ - self.vocab_start_index).masked_fill(mask, 0)
+        else:
+            ids = input_
+        out = torch.cat((F.embedding(ids, self.weight), F.embedding(ids, self.weight_up)), dim=-1)
+        if self.tp_size == 1:
+            return out
+        out = out.masked_fill(mask.unsqueeze(-1), 0.0)
+        if self.reduce_scatter_embeddings:
+            out = out.transpose(0, 1).contiguous()
+            return mc.reduce_scatter_to_sequence_parallel_region(out, group=self.tp_group)
+        return mc.reduce_from_tensor_model_parallel_region(out, group=self.tp_group)
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
+        return self._vocab_sharded(prefix, {"weight": self.weight, "weight_up": self.weight_up}, sharded_offsets, metadata)
+
+
+class ScaleOutputLayer(_VocabParallel):
+    """Replaces GPTModel.output_layer. Per rank: weight [V/tp, d] (frozen; None when tied to the
+    embedding, which GPTModel then passes in), weight_up [V/tp, d']; forward [s, b, d + d'] ->
+    logits [s, b, V/tp] (or [s, b, V] when gathered)."""
+
+    def __init__(
+        self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
+        tied: bool, gather_output: bool, tau: float, routed: bool = False,
+    ) -> None:
+        super().__init__(vocab, config, tp_group)
+        self.base_dim = base_dim
+        self.gather_output = gather_output
+        self.sequence_parallel = config.sequence_parallel
+        self.tau = tau
+        self.routed = routed
+        self.head = "auto"
+        self.weight = None if tied else _table(self.vocab_local, base_dim, config, trainable=False)
+        if self.weight is not None:
+            self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
+        self._mark(self.weight_up)
+        self.register_buffer("route_counts", torch.zeros(2, dtype=torch.float64), persistent=False)
+
+    def set_head(self, head: str) -> None:
+        """Which logits forward returns: adapt (z_a), preserve (z_p), route, or auto: z_a while
+        training, and for a Route model the routed logits in eval mode."""
+        if head not in HEADS:
+            raise ValueError(f"unknown output head {head!r}; choose one of {HEADS}")
+        self.head = head
+
+    @property
+    def preserve_fraction(self) -> float:
+        """Share of routed tokens sent to the preservation head since the last reset."""
+        kept, total = self.route_counts.tolist()
+        return kept / total if total else float("nan")
+
+    def reset_route_counts(self) -> None:
+        self.route_counts.zero_()
+
+    def forward(
+        self, hidden: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output: bool | None = None
+    ) -> tuple[torch.Tensor, None]:
+        base_w = self.weight if weight is None else weight
+        if base_w is None:
+            raise ValueError("tied ScaleOutputLayer needs the embedding weight passed to forward")
+        if self.sequence_parallel and self.tp_size > 1:
+            h = mc.gather_from_sequence_parallel_region(hidden, group=self.tp_group)
+        elif self.tp_size > 1:
+            h = mc.copy_to_tensor_model_parallel_region(hidden, group=self.tp_group)
+        else:
+            h = hidden
+        head = self.head
+        if head == "auto":
+            head = "route" if self.routed and not self.training else "adapt"
+        d = self.base_dim
+        z_p = torch.matmul(h[..., :d], base_w.t())
+        if head == "preserve":
+            logits = z_p
+        else:
+            z_a = z_p + torch.matmul(h[..., d:], self.weight_up.t())
+            logits = z_a
+            if head == "route":
+                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None)
+                self.route_counts += torch.tensor([keep.sum().item(), keep.numel()], dtype=torch.float64)
+        gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
+        if gather and self.tp_size > 1:
+            logits = mc.gather_from_tensor_model_parallel_region(logits, group=self.tp_group)
+        return logits, None
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
+        tensors = {"weight_up": self.weight_up}
+        if self.weight is not None:
+            tensors["weight"] = self.weight
+        return self._vocab_sharded(prefix, tensors, sharded_offsets, metadata)

@@ -1,0 +1,114 @@
+"""The SCALE layer spec: megatron-core's own TransformerLayer, SelfAttention and MLP, with the
+linears and norms swapped for upscaled ones. No layer class is edited or subclassed.
+
+Each layer gets its own spec because the upscaled linears carry their block split, and Adapt
+decides per layer and per module whether W12 exists. With pipeline parallelism the block spec
+holds only this stage's layers, numbered globally for the Adapt choice.
+
+`ScaleBackend` names the four swappable parts; the local backend is the default, and the
+Transformer Engine backend (performance issue) plugs in here with the same partition logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from megatron_scale import _mcore as mc
+from megatron_scale.config import ScaleDims
+from megatron_scale.model.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
+from megatron_scale.model.norm import SplitRMSNorm
+from megatron_scale.model.partition import BlockSplit
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleBackend:
+    """Module classes a SCALE layer is built from."""
+
+    column_linear: type = ScaleColumnParallelLinear
+    row_linear: type = ScaleRowParallelLinear
+    norm: type = SplitRMSNorm
+    core_attention: type = mc.DotProductAttention
+
+
+LOCAL = ScaleBackend()
+
+
+def block_splits(dims: ScaleDims, layer: int) -> dict[str, BlockSplit]:
+    """The four upscaled linears of 0-based `layer`: their global block sizes."""
+    d, d_up, k = dims.hidden, dims.hidden_up, dims.head_dim
+    return {
+        "qkv": BlockSplit(
+            parallel="column", in_base=d, in_up=d_up, out_base=dims.qkv_rows(False),
+            out_up=dims.qkv_rows(True), adapt=dims.adapts(layer, "qkv"),
+        ),
+        "proj": BlockSplit(
+            parallel="row", in_base=dims.heads * k, in_up=dims.heads_up * k, out_base=d,
+            out_up=d_up, adapt=dims.adapts(layer, "proj"),
+        ),
+        "fc1": BlockSplit(
+            parallel="column", in_base=d, in_up=d_up, out_base=2 * dims.ffn, out_up=2 * dims.ffn_up,
+            chunks=2, adapt=dims.adapts(layer, "fc1"),
+        ),
+        "fc2": BlockSplit(
+            parallel="row", in_base=dims.ffn, in_up=dims.ffn_up, out_base=d, out_up=d_up,
+            adapt=dims.adapts(layer, "fc2"),
+        ),
+    }
+
+
+def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL) -> mc.ModuleSpec:
+    """Spec of one upscaled TransformerLayer (0-based global `layer`)."""
+    s = block_splits(dims, layer)
+    norm = partial(backend.norm, base_hidden=dims.hidden)
+    attention = mc.ModuleSpec(
+        module=mc.SelfAttention,
+        params={"attn_mask_type": mc.AttnMaskType.causal},
+        submodules=mc.SelfAttentionSubmodules(
+            linear_qkv=partial(backend.column_linear, split=s["qkv"]),
+            core_attention=backend.core_attention,
+            linear_proj=partial(backend.row_linear, split=s["proj"]),
+            q_layernorm=mc.IdentityOp,
+            k_layernorm=mc.IdentityOp,
+        ),
+    )
+    mlp = partial(
+        mc.MLP.as_mlp_submodule,
+        submodules=mc.MLPSubmodules(
+            linear_fc1=partial(backend.column_linear, split=s["fc1"]),
+            linear_fc2=partial(backend.row_linear, split=s["fc2"]),
+        ),
+    )
+    return mc.ModuleSpec(
+        module=mc.TransformerLayer,
+        submodules=mc.TransformerLayerSubmodules(
+            input_layernorm=norm,
+            self_attention=attention,
+            self_attn_bda=mc.get_bias_dropout_add,
+            pre_mlp_layernorm=norm,
+            mlp=mlp,
+            mlp_bda=mc.get_bias_dropout_add,
+            # Same checkpoint keys as megatron-core's local and TE GPT specs.
+            sharded_state_dict_keys_map={
+                "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
+            },
+        ),
+    )
+
+
+def get_scale_block_spec(
+    dims: ScaleDims,
+    config: Any,
+    backend: ScaleBackend = LOCAL,
+    vp_stage: int | None = None,
+    pp_rank: int | None = None,
+) -> mc.TransformerBlockSubmodules:
+    """Block spec for this pipeline stage: its layers' specs and the final split norm."""
+    offset = mc.get_transformer_layer_offset(config, vp_stage, pp_rank)
+    count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
+    return mc.TransformerBlockSubmodules(
+        layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)],
+        layer_norm=partial(backend.norm, base_hidden=dims.hidden),
+    )
