@@ -33,13 +33,21 @@ _check_version()
 # ruff: noqa: E402  (imports after the version check on purpose)
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing import ShardedTensor
+from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
 from megatron.core.dist_checkpointing.mapping import (
     ShardedStateDict,
     ShardedTensorFactory,
     apply_factories,
     apply_factory_merges,
 )
+from megatron.core.distributed import (
+    DistributedDataParallel,
+    DistributedDataParallelConfig,
+    finalize_model_grads,
+)
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.models.common.embeddings.language_model_embedding import (
     LanguageModelEmbedding,
 )
@@ -84,11 +92,14 @@ __all__ = [
     "MCORE_VERSION",
     "MLP",
     "AttnMaskType",
+    "DistributedDataParallel",
+    "DistributedDataParallelConfig",
     "DotProductAttention",
     "GPTModel",
     "IdentityOp",
     "LanguageModelEmbedding",
     "MLPSubmodules",
+    "OptimizerConfig",
     "ModuleSpec",
     "ProcessGroupCollection",
     "SelfAttention",
@@ -106,10 +117,14 @@ __all__ = [
     "apply_factory_merges",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
+    "finalize_model_grads",
     "gather_from_sequence_parallel_region",
     "gather_from_tensor_model_parallel_region",
     "get_bias_dropout_add",
+    "get_default_save_sharded_strategy",
+    "get_forward_backward_func",
     "get_gpt_layer_local_spec",
+    "get_megatron_optimizer",
     "get_num_layers_to_build",
     "get_pg_rank",
     "get_pg_size",
