@@ -45,10 +45,6 @@ class ScaleGPTModel(mc.GPTModel):
             share_embeddings_and_output_weights=tied_embeddings,
             **gpt_kwargs,
         )
-        if tied_embeddings and config.pipeline_model_parallel_size > 1:
-            raise NotImplementedError(
-                "tied embeddings with pipeline parallelism are not supported by SCALE models yet"
-            )
         self.scale_dims = dims
         tp_group = self.pg_collection.tp
         if self.pre_process:
@@ -61,7 +57,11 @@ class ScaleGPTModel(mc.GPTModel):
         if self.post_process:
             self.output_layer = ScaleOutputLayer(
                 vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
-                tied=tied_embeddings, gather_output=not self.parallel_output, tau=dims.router_tau,
+                # A last stage without the embedding holds its own frozen copy of E; megatron-core
+                # keys it to the embedding's checkpoint entry (a replica) and skips its all-reduce,
+                # as it has no gradient.
+                tied=tied_embeddings and self.pre_process,
+                gather_output=not self.parallel_output, tau=dims.router_tau,
                 routed=dims.routed,
             )
 
