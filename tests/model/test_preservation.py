@@ -9,7 +9,8 @@ weights (tests/_tiny.py), same kernels, fp32:
   3. the bytes of every frozen tensor and the frozen-base digest are unchanged by training;
   4. frozen parameters have no .grad, no main_grad and are in no optimizer group; optimizer state
      holds exactly 2 x (trainable numel) values (Adam's two moments);
-  5. Adapt: W12 exists exactly where the adaptation setting says, and receives gradient there.
+  5. Adapt: W12 exists exactly where the adaptation setting says, and receives gradient there;
+  6. TP=2 with sequence parallelism (split norms over a sequence-split stream) equals TP=2 without.
 One spawn runs every check at TP=1 (two data-parallel replicas), then at TP=2.
 """
 
@@ -172,6 +173,43 @@ def _adapt_checks(tp: int) -> dict[str, Any]:
     return res
 
 
+def _sequence_parallel_checks() -> dict[str, Any]:
+    """TP=2: the same Adapt model (every block perturbed) with and without sequence parallelism
+    gives the same loss and gradients (SP gains' partial grads all-reduced, as
+    finalize_model_grads does)."""
+    from megatron_scale import _mcore as mc
+    from megatron_scale.config import ScaleConfig
+    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+
+    state = _tiny.base_state_dict(tied=True)
+    sc = ScaleConfig(variant="adapt", adapt_modules=("qkv", "proj", "fc1", "fc2"))
+    b = _tiny.batch(seed=9)
+    perturbed: dict[str, torch.Tensor] | None = None
+    out = {}
+    for sp in (False, True):
+        model = _tiny.build_scale(_tiny.base_config(2, sequence_parallel=sp), sc, True, state)
+        if perturbed is None:
+            g = torch.Generator().manual_seed(3)
+            full = global_state_dict(model)
+            perturbed = {k: v if k in state else v + 0.02 * torch.randn(v.shape, generator=g) for k, v in full.items()}
+        load_global_state_dict(model, perturbed)
+        loss = model(b["input_ids"], b["position_ids"], b["attention_mask"], labels=b["labels"]).mean()
+        loss.backward()
+        grads = {}
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                if getattr(p, "sequence_parallel", False):
+                    torch.distributed.all_reduce(p.grad, group=mc.parallel_state.get_tensor_model_parallel_group())
+                grads[n] = p.grad
+        out[sp] = (float(loss), grads)
+    (l0, g0), (l1, g1) = out[False], out[True]
+    return {
+        "loss": (l0, l1),
+        "same_params_graded": sorted(g0) == sorted(g1) and len(g0) > 0,
+        "max_grad_err": max(float((g0[k] - g1[k]).abs().max()) for k in g0),
+    }
+
+
 def _body(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.distributed import init_distributed
@@ -184,6 +222,7 @@ def _body(rank: int, world: int) -> dict[str, Any]:
             mc.parallel_state.initialize_model_parallel(tp)
             mc.model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True)
         out[tp] = {"init": _init_checks(tp), "train": _train_preserve(tp), "adapt": _adapt_checks(tp)}
+    out["sp"] = _sequence_parallel_checks()
     return out
 
 
@@ -239,3 +278,12 @@ def test_adapt_w12_exactly_where_configured(results: list, tp: int) -> None:
         for name in ("default", "custom"):
             assert a[name]["where"] == a[name]["expected"], name
             assert a[name]["graded"] == a[name]["expected"], name
+
+
+@pytest.mark.dist
+def test_sequence_parallel_matches(results: list) -> None:
+    for r in results:
+        sp = r["sp"]
+        assert sp["same_params_graded"]
+        assert abs(sp["loss"][0] - sp["loss"][1]) <= 1e-6 * abs(sp["loss"][0])
+        assert sp["max_grad_err"] < 1e-6
