@@ -1,0 +1,15 @@
+"""Shared test settings. Distributed tests spawn their own ranks (tests/_dist.py); GPU tests are
+marked `gpu` through `requires_gpus(n)` and skip with their reason where CUDA is absent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def requires_gpus(n: int = 1) -> pytest.MarkDecorator:
+    """Mark a test as needing `n` CUDA devices: `gpu` marker plus a skip that says why."""
+    have = torch.cuda.device_count()
+    return pytest.mark.gpu(
+        pytest.mark.skipif(have < n, reason=f"needs {n} CUDA device(s), found {have}")
+    )
