@@ -18,14 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
+from megatron_scale.model.partition import column_input, dp_group, param_device
 from megatron_scale.model.routing import route
 
 HEADS = ("auto", "adapt", "preserve", "route")
 
 
 def _table(rows: int, cols: int, config: Any, trainable: bool) -> nn.Parameter:
-    device = torch.device("cpu") if config.use_cpu_initialization else torch.cuda.current_device()
-    p = nn.Parameter(torch.zeros(rows, cols, dtype=config.params_dtype, device=device))
+    p = nn.Parameter(torch.zeros(rows, cols, dtype=config.params_dtype, device=param_device(config)))
     p.requires_grad_(trainable)
     return p
 
@@ -43,11 +43,9 @@ class _VocabParallel(nn.Module):
         self.vocab_local = self.vocab_end_index - self.vocab_start_index
 
     def _vocab_sharded(self, prefix: str, tensors: dict, sharded_offsets: tuple, metadata: dict | None) -> dict:
-        dp_group = (metadata or {}).get("dp_cp_group")
-        if dp_group is None:
-            dp_group = mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
         return mc.make_sharded_tensors_for_checkpoint(
-            tensors, prefix, {k: 0 for k in tensors}, sharded_offsets, tp_group=self.tp_group, dp_cp_group=dp_group
+            tensors, prefix, {k: 0 for k in tensors}, sharded_offsets, tp_group=self.tp_group,
+            dp_cp_group=dp_group(metadata),
         )
 
     def _mark(self, p: nn.Parameter) -> None:
@@ -135,12 +133,7 @@ class ScaleOutputLayer(_VocabParallel):
         base_w = self.weight if weight is None else weight
         if base_w is None:
             raise ValueError("tied ScaleOutputLayer needs the embedding weight passed to forward")
-        if self.sequence_parallel and self.tp_size > 1:
-            h = mc.gather_from_sequence_parallel_region(hidden, group=self.tp_group)
-        elif self.tp_size > 1:
-            h = mc.copy_to_tensor_model_parallel_region(hidden, group=self.tp_group)
-        else:
-            h = hidden
+        h = column_input(hidden, self.tp_size, self.sequence_parallel, self.tp_group)
         head = self.head
         if head == "auto":
             head = "route" if self.routed and not self.training else "adapt"

@@ -22,12 +22,18 @@ import torch
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.partition import BlockSplit, expansion_sharded_state_dict, interleave_chunks
+from megatron_scale.model.partition import (
+    BlockSplit,
+    column_input,
+    dp_group,
+    expansion_sharded_state_dict,
+    interleave_chunks,
+    param_device,
+)
 
 
 def _param(shape: tuple[int, int], config: Any, trainable: bool) -> nn.Parameter:
-    device = torch.device("cpu") if config.use_cpu_initialization else torch.cuda.current_device()
-    p = nn.Parameter(torch.empty(shape, dtype=config.params_dtype, device=device))
+    p = nn.Parameter(torch.empty(shape, dtype=config.params_dtype, device=param_device(config)))
     p.requires_grad_(trainable)
     return p
 
@@ -92,18 +98,16 @@ class _UpscaledLinear(nn.Module):
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
     ) -> dict:
         """W sharded like megatron-core's own linear; the expansion as global blocks (partition.py)."""
-        dp_group = (metadata or {}).get("dp_cp_group")
-        if dp_group is None:
-            dp_group = mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
+        dp = dp_group(metadata)
         out = mc.make_sharded_tensors_for_checkpoint(
             {"weight": self.weight},
             prefix,
             {"weight": self.split.tp_axis},
             sharded_offsets,
             tp_group=self.tp_group,
-            dp_cp_group=dp_group,
+            dp_cp_group=dp,
         )
-        replica_id = (0, 0, mc.get_pg_rank(dp_group))
+        replica_id = (0, 0, mc.get_pg_rank(dp))
         out.update(
             expansion_sharded_state_dict(
                 prefix,
@@ -177,12 +181,7 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
     ) -> tuple[torch.Tensor, None]:
         if weight is not None:
             raise ValueError("ScaleColumnParallelLinear owns its weights; an external weight is not supported")
-        if self.sequence_parallel and self.tp_size > 1:
-            x_full = mc.gather_from_sequence_parallel_region(input_, group=self.tp_group)
-        elif self.tp_size > 1:
-            x_full = mc.copy_to_tensor_model_parallel_region(input_, group=self.tp_group)
-        else:
-            x_full = input_
+        x_full = column_input(input_, self.tp_size, self.sequence_parallel, self.tp_group)
         x = x_full[..., : self.in_local]
         y = _matmul(x, self.weight)
         if self.weight_12 is not None:

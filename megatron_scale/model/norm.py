@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
+from megatron_scale.model.partition import dp_group, param_device
 
 
 class SplitRMSNorm(nn.Module):
@@ -31,8 +32,7 @@ class SplitRMSNorm(nn.Module):
         self.config = config
         self.eps = eps
         self.base_hidden = base_hidden
-        device = torch.device("cpu") if config.use_cpu_initialization else torch.cuda.current_device()
-        kw = {"dtype": config.params_dtype, "device": device}
+        kw = {"dtype": config.params_dtype, "device": param_device(config)}
         self.weight = nn.Parameter(torch.ones(base_hidden, **kw), requires_grad=False)
         self.weight_up = nn.Parameter(torch.ones(hidden_size - base_hidden, **kw))
         self.weight.scale_frozen = True  # type: ignore[attr-defined]
@@ -49,16 +49,13 @@ class SplitRMSNorm(nn.Module):
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
     ) -> dict:
         """Both gains replicated across TP (explicit empty axis map)."""
-        dp_group = (metadata or {}).get("dp_cp_group")
-        if dp_group is None:
-            dp_group = mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
         return mc.make_sharded_tensors_for_checkpoint(
             {"weight": self.weight, "weight_up": self.weight_up},
             prefix,
             {},
             sharded_offsets,
             tp_group=mc.parallel_state.get_tensor_model_parallel_group(),
-            dp_cp_group=dp_group,
+            dp_cp_group=dp_group(metadata),
         )
 
     def extra_repr(self) -> str:

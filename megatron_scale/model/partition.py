@@ -28,8 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from typing import Any
+
 import torch
 
+from megatron_scale import _mcore as mc
 from megatron_scale._mcore import ShardedTensor, ShardedTensorFactory
 
 Parallel = Literal["column", "row"]
@@ -175,3 +178,24 @@ def w12_key(prefix: str, prepend: tuple[tuple[int, int, int], ...]) -> str:
     if len(prepend) != 1 or prepend[0][0] != 0:
         raise NotImplementedError(f"W12 under sharded offsets {prepend}")
     return f"{prefix}weight_12.layer{prepend[0][1]}"
+
+
+def param_device(config: Any) -> torch.device:
+    """Where a layer allocates its parameters (megatron-core's use_cpu_initialization rule)."""
+    return torch.device("cpu") if config.use_cpu_initialization else torch.device(torch.cuda.current_device())
+
+
+def dp_group(metadata: dict | None) -> Any:
+    """The data-parallel group a sharded_state_dict call replicates over."""
+    group = (metadata or {}).get("dp_cp_group")
+    return group if group is not None else mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
+
+
+def column_input(x: torch.Tensor, tp_size: int, sequence_parallel: bool, group: Any) -> torch.Tensor:
+    """The full input a column-parallel layer multiplies: all-gathered along the sequence under
+    sequence parallelism, else the replicated input (its gradient all-reduced over TP)."""
+    if tp_size == 1:
+        return x
+    if sequence_parallel:
+        return mc.gather_from_sequence_parallel_region(x, group=group)
+    return mc.copy_to_tensor_model_parallel_region(x, group=group)
