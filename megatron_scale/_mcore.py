@@ -32,7 +32,7 @@ _check_version()
 
 # ruff: noqa: E402  (imports after the version check on purpose)
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
-from megatron.core.dist_checkpointing import ShardedTensor
+from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
 from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
 from megatron.core.dist_checkpointing.mapping import (
     ShardedStateDict,
@@ -40,6 +40,9 @@ from megatron.core.dist_checkpointing.mapping import (
     apply_factories,
     apply_factory_merges,
 )
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 from megatron.core.distributed import (
     DistributedDataParallel,
     DistributedDataParallelConfig,
@@ -47,6 +50,7 @@ from megatron.core.distributed import (
 )
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.models.common.embeddings.language_model_embedding import (
     LanguageModelEmbedding,
@@ -90,6 +94,12 @@ from megatron.core.utils import (
 
 __all__ = [
     "MCORE_VERSION",
+    "BlendedMegatronDatasetBuilder",
+    "GPTDataset",
+    "GPTDatasetConfig",
+    "IndexedDataset",
+    "IndexedDatasetBuilder",
+    "OptimizerParamScheduler",
     "MLP",
     "AttnMaskType",
     "DistributedDataParallel",
@@ -105,6 +115,7 @@ __all__ = [
     "SelfAttention",
     "SelfAttentionSubmodules",
     "ShardedStateDict",
+    "ShardedObject",
     "ShardedTensor",
     "ShardedTensorFactory",
     "TransformerBlockSubmodules",

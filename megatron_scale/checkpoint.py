@@ -2,9 +2,11 @@
 
 A checkpoint saved at one TP/PP layout loads at another. Beside the tensors it records, in the
 checkpoint's common state:
-    scale.frozen_digest   digest of the frozen base (model/digest.py), verified at every load
-    scale.dims            the SCALE geometry; loading into a model of another geometry stops
-                          with a message naming the first differing field
+    scale.frozen_digest   digest of the frozen tensors (model/digest.py), verified at every load
+    scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
+                          of another geometry stops with a message naming the first differing field
+Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
+the model's sharded state dict, since the optimizer's entries are built from it.
 Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
 mid-save never leaves a directory that looks complete. Checkpoints whose common state is a
 pickled common.pt (megatron-core's legacy layout) are refused rather than unpickled.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,14 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used with this model; the message names the directory."""
 
 
-def _dims_record(model: nn.Module) -> dict[str, Any]:
-    rec = dataclasses.asdict(model.scale_dims)  # type: ignore[arg-type]
+Extra = Callable[[dict], dict] | None
+
+
+def _dims_record(model: nn.Module) -> dict[str, Any] | None:
+    dims = getattr(model, "scale_dims", None)
+    if dims is None:
+        return None
+    rec = dataclasses.asdict(dims)
     return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
 
 
@@ -43,8 +52,9 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
-    """Save `model` (this rank's shards; every rank calls) to `directory`, which must not exist."""
+def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None) -> Path:
+    """Save `model` (this rank's shards; every rank calls) to `directory`, which must not exist.
+    `extra(model_sharded_state_dict)` returns further entries to save beside the model's."""
     target = Path(directory)
     partial = target.with_name(target.name + ".partial")
     if target.exists():
@@ -54,9 +64,9 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: dict[
         partial.mkdir(parents=True)
     _barrier()
     state = model.sharded_state_dict()  # type: ignore[operator]
+    more = extra(state) if extra else {}
     state["scale"] = {"frozen_digest": frozen_base_digest(model), "dims": _dims_record(model)}
-    if extra:
-        state.update(extra)
+    state.update(more)
     mc.dist_checkpointing.save(
         state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
     )
@@ -76,29 +86,45 @@ def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: legacy checkpoint with a pickled common.pt; refusing to unpickle it")
     common = mc.dist_checkpointing.load_common_state_dict(str(path))
     if "scale" not in common:
-        raise CheckpointError(f"{path} is not a SCALE checkpoint (no 'scale' record)")
+        raise CheckpointError(f"{path} is not a megatron-scale checkpoint (no 'scale' record)")
     return common["scale"]
 
 
-def load_checkpoint(model: nn.Module, directory: str | os.PathLike) -> dict[str, Any]:
+def is_scale_checkpoint(directory: str | os.PathLike) -> bool:
+    """Whether `directory` holds a SCALE model (a megatron-scale checkpoint with a geometry)."""
+    try:
+        return read_scale_record(directory).get("dims") is not None
+    except CheckpointError:
+        return False
+
+
+def load_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None) -> dict[str, Any]:
     """Load `directory` into `model` at the model's own layout and verify the frozen base.
 
-    Returns the checkpoint's `scale` record."""
+    Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
     record = read_scale_record(directory)
-    mine = _dims_record(model)
-    for field, value in mine.items():
-        if record["dims"].get(field) != value:
+    mine, theirs = _dims_record(model), record.get("dims")
+    if (mine is None) != (theirs is None):
+        kind = {True: "a plain GPT model", False: "a SCALE model"}
+        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
+    for field, value in (mine or {}).items():
+        if theirs.get(field) != value:  # type: ignore[union-attr]
             raise CheckpointError(
                 f"{directory}: SCALE geometry differs at '{field}': checkpoint "
-                f"{record['dims'].get(field)!r}, model {value!r}"
+                f"{theirs.get(field)!r}, model {value!r}"  # type: ignore[union-attr]
             )
-    state = mc.dist_checkpointing.load(model.sharded_state_dict(), str(directory))  # type: ignore[operator]
-    state.pop("scale", None)
-    model.load_state_dict(state, strict=True)
+    sharded = model.sharded_state_dict()  # type: ignore[operator]
+    model_keys = set(sharded)
+    sharded.update(extra(sharded) if extra else {})
+    state = mc.dist_checkpointing.load(sharded, str(directory))
+    # The result also carries the checkpoint's common (non-sharded) entries: hand back all but
+    # the model's own.
+    loaded = {k: v for k, v in state.items() if k not in model_keys and k != "scale"}
+    model.load_state_dict({k: state[k] for k in model_keys}, strict=True)
     digest = frozen_base_digest(model)
     if digest != record["frozen_digest"]:
         raise CheckpointError(
             f"{directory}: the frozen base does not match its recorded digest "
             f"({digest[:16]}... != {record['frozen_digest'][:16]}...); the base tensors changed"
         )
-    return record
+    return {**loaded, "scale": record}

@@ -1,0 +1,1 @@
+"""The training entry's library: arguments, model per method, data, run checkpoints, loop."""

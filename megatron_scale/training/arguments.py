@@ -1,0 +1,181 @@
+"""Command-line arguments of `python -m megatron_scale.train`, with Megatron-LM's flag names.
+
+Flags that mean what they mean in Megatron-LM keep its names (--tensor-model-parallel-size,
+--micro-batch-size, --global-batch-size, --lr, --data-path, --load, --save, ...). SCALE's own
+flags start with --scale-; the method and baselines have --method and their own few flags.
+`validate(args, world_size)` checks everything that can be checked before a process group
+exists, each failure one message that names the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from megatron_scale.config import ScaleConfig
+
+METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(",", " ").split())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="megatron-scale-train",
+        description="Continual pre-training with SCALE (or a baseline) on Megatron-Core.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("model (Megatron-LM names)")
+    g.add_argument("--num-layers", type=int, required=True)
+    g.add_argument("--hidden-size", type=int, required=True)
+    g.add_argument("--num-attention-heads", type=int, required=True)
+    g.add_argument("--num-query-groups", type=int, default=None, help="GQA groups (default: heads)")
+    g.add_argument("--ffn-hidden-size", type=int, required=True)
+    g.add_argument("--kv-channels", type=int, default=None)
+    g.add_argument("--vocab-size", type=int, required=True, help="model vocabulary (padded) size")
+    g.add_argument("--max-position-embeddings", type=int, default=None)
+    g.add_argument("--rotary-base", type=int, default=10000)
+    g.add_argument("--norm-epsilon", type=float, default=1e-5)
+    g.add_argument("--untie-embeddings-and-output-weights", action="store_true")
+    g.add_argument("--init-method-std", type=float, default=0.02)
+
+    g = p.add_argument_group("method")
+    g.add_argument("--method", choices=METHODS, default="scale-preserve")
+    g.add_argument("--freeze-layers", type=int, default=3, help="freeze: bottom layers frozen (+ input embedding)")
+
+    g = p.add_argument_group("SCALE (--scale-*)")
+    g.add_argument("--scale-hidden-up", type=int, default=None, help="d' (default d/4)")
+    g.add_argument("--scale-heads-up", type=int, default=None, help="h' (default h/4)")
+    g.add_argument("--scale-groups-up", type=int, default=None, help="g' (default keeps the GQA ratio)")
+    g.add_argument("--scale-ffn-up", type=int, default=None, help="f' (default f/4)")
+    g.add_argument("--scale-init", choices=("svd", "normal", "zero"), default="svd")
+    g.add_argument("--scale-init-std", type=float, default=0.02)
+    g.add_argument("--scale-adapt-layers", type=_int_list, default=None, help="0-based, e.g. '8 9 10'")
+    g.add_argument("--scale-adapt-modules", type=lambda s: tuple(s.replace(",", " ").split()), default=("qkv", "proj"))
+    g.add_argument("--scale-route-adapt", action="store_true")
+    g.add_argument("--scale-router-tau", type=float, default=0.5)
+    g.add_argument("--scale-seed", type=int, default=1234)
+
+    g = p.add_argument_group("parallelism")
+    g.add_argument("--tensor-model-parallel-size", type=int, default=1)
+    g.add_argument("--pipeline-model-parallel-size", type=int, default=1)
+    g.add_argument("--sequence-parallel", action="store_true")
+    g.add_argument("--use-distributed-optimizer", action="store_true")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+
+    g = p.add_argument_group("training")
+    g.add_argument("--micro-batch-size", type=int, required=True)
+    g.add_argument("--global-batch-size", type=int, required=True)
+    g.add_argument("--seq-length", type=int, required=True)
+    g.add_argument("--train-iters", type=int, required=True)
+    g.add_argument("--lr", type=float, required=True)
+    g.add_argument("--min-lr", type=float, default=0.0)
+    g.add_argument("--lr-decay-style", choices=("constant", "linear", "cosine"), default="cosine")
+    g.add_argument("--lr-warmup-iters", type=int, default=0)
+    g.add_argument("--lr-decay-iters", type=int, default=None, help="default: --train-iters")
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--clip-grad", type=float, default=1.0)
+    g.add_argument("--adam-beta1", type=float, default=0.9)
+    g.add_argument("--adam-beta2", type=float, default=0.95)
+    g.add_argument("--seed", type=int, default=1234)
+    g.add_argument("--bf16", action="store_true")
+    g.add_argument("--skip-nan", action="store_true", help="skip a step whose loss is NaN/inf instead of stopping")
+
+    g = p.add_argument_group("data")
+    g.add_argument("--data-path", nargs="+", required=True, help="PREFIX or 'W1 PREFIX1 W2 PREFIX2 ...'")
+    g.add_argument("--split", default="98,2,0")
+    g.add_argument("--eval-data-path", nargs="*", default=[], help="NAME=PREFIX ... evaluated separately")
+    g.add_argument("--data-cache-path", default=None)
+
+    g = p.add_argument_group("checkpointing and logging")
+    g.add_argument("--load", default=None, help="SCALE checkpoint dir, or a base checkpoint (+ --scale-*)")
+    g.add_argument("--save", default=None)
+    g.add_argument("--save-interval", type=int, default=None)
+    g.add_argument("--eval-interval", type=int, default=None)
+    g.add_argument("--eval-iters", type=int, default=2)
+    g.add_argument("--log-interval", type=int, default=1)
+    g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
+    g.add_argument("--tensorboard-dir", default=None)
+    g.add_argument("--exit-signal-save", action="store_true", help="on SIGTERM/SIGINT save before exiting")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def scale_config(args: argparse.Namespace) -> ScaleConfig:
+    return ScaleConfig(
+        hidden_up=args.scale_hidden_up, heads_up=args.scale_heads_up, groups_up=args.scale_groups_up,
+        ffn_up=args.scale_ffn_up, variant=args.method.removeprefix("scale-"), init=args.scale_init,
+        init_std=args.scale_init_std, adapt_layers=args.scale_adapt_layers,
+        adapt_modules=args.scale_adapt_modules, route_adapt=args.scale_route_adapt,
+        router_tau=args.scale_router_tau, seed=args.scale_seed,
+    )
+
+
+def data_blend(paths: Sequence[str]) -> tuple[list[str], list[float] | None]:
+    """'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights), as Megatron-LM parses --data-path."""
+    if len(paths) == 1:
+        return [paths[0]], None
+    if len(paths) % 2:
+        raise ValueError(f"--data-path: expected 'WEIGHT PREFIX' pairs, got {list(paths)}")
+    try:
+        weights = [float(w) for w in paths[0::2]]
+    except ValueError as e:
+        raise ValueError(f"--data-path: weights must be numbers: {list(paths)}") from e
+    return list(paths[1::2]), weights
+
+
+def eval_sets(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, prefix = item.partition("=")
+        if not sep or not name or not prefix:
+            raise ValueError(f"--eval-data-path: expected NAME=PREFIX, got {item!r}")
+        out[name] = prefix
+    return out
+
+
+def _check_prefix(flag: str, prefix: str) -> None:
+    missing = [s for s in (".bin", ".idx") if not os.path.exists(prefix + s)]
+    if missing:
+        raise ValueError(f"{flag}: dataset {prefix} has no {' / '.join(prefix + s for s in missing)}")
+
+
+def validate(args: argparse.Namespace, world_size: int) -> None:
+    """Everything checkable before a process group exists. Raises ValueError naming the flag."""
+    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    if world_size % (tp * pp):
+        raise ValueError(
+            f"world size {world_size} is not divisible by --tensor-model-parallel-size {tp} x "
+            f"--pipeline-model-parallel-size {pp}"
+        )
+    dp = world_size // (tp * pp)
+    if args.global_batch_size % (args.micro_batch_size * dp):
+        raise ValueError(
+            f"--global-batch-size {args.global_batch_size} is not divisible by --micro-batch-size "
+            f"{args.micro_batch_size} x data-parallel size {dp}"
+        )
+    if args.num_layers % pp:
+        raise ValueError(f"--num-layers {args.num_layers} is not divisible by --pipeline-model-parallel-size {pp}")
+    if args.sequence_parallel and tp == 1:
+        raise ValueError("--sequence-parallel needs --tensor-model-parallel-size > 1")
+    prefixes, _ = data_blend(args.data_path)
+    for prefix in prefixes:
+        _check_prefix("--data-path", prefix)
+    for name, prefix in eval_sets(args.eval_data_path).items():
+        _check_prefix(f"--eval-data-path {name}", prefix)
+    if args.load is not None and not os.path.isdir(args.load):
+        raise ValueError(f"--load: checkpoint directory {args.load} does not exist")
+    if args.save_interval is not None and args.save is None:
+        raise ValueError("--save-interval needs --save")
+    if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:
+        raise ValueError(f"--freeze-layers {args.freeze_layers} must lie in 0..--num-layers {args.num_layers}")
+    if args.method.startswith("scale-"):
+        from megatron_scale.training.model import base_transformer_config
+
+        scale_config(args).resolve(base_transformer_config(args), tp)

@@ -1,0 +1,107 @@
+"""Run checkpoints: everything a resumed run needs to continue as if never stopped.
+
+    <save>/iter_0000010/                    a megatron-scale checkpoint (../checkpoint.py): the
+                                            model, the optimizer's sharded state, each rank's RNG
+                                            state, and train_state (iteration, consumed samples,
+                                            LR scheduler) in the common state
+    <save>/latest_checkpointed_iteration.txt   written last, atomically (Megatron-LM's marker)
+
+A crash during a save leaves `iter_*.partial` and the old marker: the previous checkpoint stays
+the one a resume finds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
+
+MARKER = "latest_checkpointed_iteration.txt"
+
+
+def iteration_dir(save: str | os.PathLike, iteration: int) -> Path:
+    return Path(save) / f"iter_{iteration:07d}"
+
+
+def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
+    """The checkpoint the marker under `root` names, or None when `root` holds no run."""
+    marker = Path(root) / MARKER
+    if not marker.exists():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"--load {root}: {MARKER} holds {text!r}, not an iteration number")
+    path = iteration_dir(root, int(text))
+    if not path.is_dir():
+        raise ValueError(f"--load {root}: {MARKER} names iteration {text} but {path} is missing")
+    return path
+
+
+def _rng_state() -> dict[str, Any]:
+    return {
+        "python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _rng_object(state: Any) -> Any:
+    ps = mc.parallel_state
+    return mc.ShardedObject(
+        "rng_state", state,
+        (ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()),
+        (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+        replica_id=ps.get_data_parallel_rank(),
+    )
+
+
+def save_run(save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int) -> Path:
+    """Collective: every rank calls. Returns the iteration directory."""
+    def extra(model_sd: dict) -> dict:
+        return {
+            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=False),
+            "rng_state": _rng_object(_rng_state()),
+            "train_state": {"iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict()},
+        }
+
+    path = save_checkpoint(model, iteration_dir(save, iteration), extra)
+    if dist.get_rank() == 0:
+        tmp = Path(save) / (MARKER + ".tmp")
+        tmp.write_text(f"{iteration}\n")
+        os.replace(tmp, Path(save) / MARKER)
+    dist.barrier()
+    return path
+
+
+def load_run(path: Path, model: Any, optimizer: Any, scheduler: Any) -> tuple[int, int]:
+    """Restore model, optimizer, scheduler and RNG from an iteration directory.
+    Returns (iteration, consumed samples)."""
+    def extra(model_sd: dict) -> dict:
+        return {
+            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=True),
+            "rng_state": _rng_object(None),
+        }
+
+    loaded = load_checkpoint(model, path, extra)
+    if "train_state" not in loaded:
+        raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
+    optimizer.load_state_dict(loaded["optimizer"])
+    state = loaded["train_state"]
+    scheduler.load_state_dict(state["scheduler"])
+    _set_rng_state(loaded["rng_state"])
+    return int(state["iteration"]), int(state["consumed_samples"])

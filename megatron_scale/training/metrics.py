@@ -1,0 +1,76 @@
+"""Megatron-style progress lines on one rank, a JSONL file of every record, TensorBoard on request.
+
+The logging rank is the last pipeline stage's first TP and DP rank: it holds the loss."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    def __init__(self, *, active: bool, jsonl: str | None, tensorboard_dir: str | None, train_iters: int) -> None:
+        self.active = active
+        self.train_iters = train_iters
+        self.start = time.monotonic()
+        self._file = None
+        self._tb = None
+        if not active:
+            return
+        if jsonl:
+            Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(jsonl, "a", buffering=1)  # noqa: SIM115 - closed in close()
+        if tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise RuntimeError("--tensorboard-dir needs the tensorboard package (pip install tensorboard)") from e
+            self._tb = SummaryWriter(tensorboard_dir)
+
+    def record(self, kind: str, iteration: int, values: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        if self._file:
+            self._file.write(json.dumps({"kind": kind, "iteration": iteration, **values}) + "\n")
+        if self._tb:
+            for k, v in values.items():
+                if isinstance(v, int | float) and math.isfinite(v):
+                    self._tb.add_scalar(f"{kind}/{k}", v, iteration)
+
+    def train_line(self, iteration: int, v: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        elapsed = time.monotonic() - self.start
+        done = max(iteration - v.get("start_iteration", 0), 1)
+        eta = elapsed / done * (self.train_iters - iteration)
+        print(
+            f" iteration {iteration:8d}/{self.train_iters:8d} | consumed samples: {v['consumed_samples']:12d}"
+            f" | elapsed time per iteration (ms): {v['step_time'] * 1000:.1f}"
+            f" | learning rate: {v['lr']:.6E} | global batch size: {v['global_batch_size']:5d}"
+            f" | lm loss: {v['lm_loss']:.6E} | grad norm: {v['grad_norm']:.3f}"
+            f" | tokens/s: {v['tokens_per_s']:.0f} | ETA: {time.strftime('%H:%M:%S', time.gmtime(eta))}",
+            flush=True,
+        )
+        self.record("train", iteration, v)
+
+    def eval_line(self, iteration: int, results: dict[str, dict[str, float]]) -> None:
+        if not self.active:
+            return
+        parts = []
+        for name, r in results.items():
+            part = f"{name} lm loss: {r['lm_loss']:.6E} | {name} PPL: {r['ppl']:.4E}"
+            if "preserve_fraction" in r:
+                part += f" | {name} routed to preservation head: {r['preserve_fraction']:.3f}"
+            parts.append(part)
+        print(f" validation at iteration {iteration} | " + " | ".join(parts), flush=True)
+        for name, r in results.items():
+            self.record(f"eval/{name}", iteration, r)
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+        if self._tb:
+            self._tb.close()

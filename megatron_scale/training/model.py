@@ -1,0 +1,106 @@
+"""Which model a run trains, per --method, and where its first weights come from.
+
+    scale-preserve | scale-adapt | scale-route   the SCALE model (model/builder.py) from a base
+    full                                          megatron-core's GPTModel, every weight trains
+    freeze                                        GPTModel; the input embedding and the bottom
+                                                  --freeze-layers layers frozen
+A base checkpoint (any megatron-core GPT dist checkpoint, including a `full` run's) is read as
+global tensors and, for SCALE, upscaled on load; a SCALE checkpoint loads as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import is_scale_checkpoint, load_checkpoint
+from megatron_scale.model.builder import build_scale_gpt
+from megatron_scale.model.state import load_global_state_dict, sharded_tensors
+from megatron_scale.training.arguments import scale_config
+from megatron_scale.upscale import upscale_state_dict
+
+
+def base_transformer_config(args: argparse.Namespace) -> Any:
+    """The base model's TransformerConfig (Llama family: RMSNorm, SwiGLU, no biases, RoPE)."""
+    on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    return mc.TransformerConfig(
+        num_layers=args.num_layers, hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads, num_query_groups=args.num_query_groups,
+        ffn_hidden_size=args.ffn_hidden_size, kv_channels=args.kv_channels,
+        normalization="RMSNorm", layernorm_epsilon=args.norm_epsilon, gated_linear_unit=True,
+        activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
+        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=args.init_method_std,
+        tensor_model_parallel_size=args.tensor_model_parallel_size,
+        pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        sequence_parallel=args.sequence_parallel, params_dtype=dtype, pipeline_dtype=dtype,
+        bf16=args.bf16, use_cpu_initialization=on_cpu,
+    )
+
+
+def build_model(args: argparse.Namespace) -> Any:
+    """This rank's model chunk for --method (random weights; see `load_initial_weights`)."""
+    cfg = base_transformer_config(args)
+    kwargs = dict(
+        vocab_size=args.vocab_size,
+        max_sequence_length=args.max_position_embeddings or args.seq_length,
+        position_embedding_type="rope", rotary_base=args.rotary_base,
+        pre_process=mc.parallel_state.is_pipeline_first_stage(),
+        post_process=mc.parallel_state.is_pipeline_last_stage(),
+    )
+    tied = not args.untie_embeddings_and_output_weights
+    if args.method.startswith("scale-"):
+        return build_scale_gpt(cfg, scale_config(args), tied_embeddings=tied, **kwargs)
+    model = mc.GPTModel(
+        cfg, mc.get_gpt_layer_local_spec(normalization="RMSNorm"),
+        share_embeddings_and_output_weights=tied, **kwargs,
+    )
+    if args.method == "freeze":
+        freeze_bottom(model, args.freeze_layers)
+    return model
+
+
+def freeze_bottom(model: Any, layers: int) -> None:
+    """Freeze the input embedding and the `layers` lowest transformer layers (global index)."""
+    if hasattr(model, "embedding"):
+        for p in model.embedding.parameters():
+            p.requires_grad_(False)
+    for layer in model.decoder.layers:
+        if layer.layer_number - 1 < layers:
+            for p in layer.parameters():
+                p.requires_grad_(False)
+
+
+def read_base_state(directory: str, model: Any) -> dict[str, torch.Tensor]:
+    """Global base tensors from a GPT dist checkpoint: the keys a base GPTModel needs.
+
+    Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
+    offline tools/upscale_checkpoint.py path avoids it for larger models)."""
+    plain = mc.dist_checkpointing.load_plain_tensors(directory)
+    wanted = {st.key for _, st in sharded_tensors(model)}
+    base = {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}
+    missing = sorted(k for k in wanted if k not in base and _is_base_key(k))
+    if missing:
+        raise ValueError(f"--load {directory}: not a checkpoint of this base model; missing {missing[:3]}")
+    return base
+
+
+def _is_base_key(key: str) -> bool:
+    return not any(t in key for t in ("weight_up", "weight_21", "weight_22", "weight_12", "_weight_up"))
+
+
+def load_initial_weights(model: Any, directory: str) -> str:
+    """Fill `model` from --load when it is not a training run to resume. Returns its kind."""
+    if is_scale_checkpoint(directory):
+        load_checkpoint(model, directory)
+        return "scale"
+    base = read_base_state(directory, model)
+    if hasattr(model, "scale_dims"):
+        load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
+        return "base+upscale"
+    load_global_state_dict(model, base)
+    return "base"
