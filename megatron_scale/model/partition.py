@@ -103,6 +103,9 @@ def _shards(
     j * tp + r of the global tensor cut into c * tp equal blocks (Megatron's SwiGLU rule)."""
     axis = split.tp_axis + len(prepend)
     chunks = split.chunks if split.parallel == "column" else 1
+    # One piece is the tensor itself, not a view of it: megatron-core's optimizer finds a
+    # parameter's checkpoint entry by the identity of its data.
+    pieces = (tensor,) if chunks == 1 else tensor.chunk(chunks, dim=0)
     return [
         ShardedTensor.from_rank_offsets(
             key,
@@ -112,7 +115,7 @@ def _shards(
             replica_id=replica_id,
             prepend_axis_num=len(prepend),
         )
-        for j, piece in enumerate(tensor.chunk(chunks, dim=0))
+        for j, piece in enumerate(pieces)
     ]
 
 

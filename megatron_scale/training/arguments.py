@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
     g.add_argument("--tensorboard-dir", default=None)
     g.add_argument("--exit-signal-save", action="store_true", help="on SIGTERM/SIGINT save before exiting")
+
     return p
 
 

@@ -70,13 +70,48 @@ def _rng_object(state: Any) -> Any:
     )
 
 
-def save_run(save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int) -> Path:
+def optimizer_metadata(distributed: bool) -> dict[str, str]:
+    """How the distributed optimizer's state is laid out in checkpoints: 'dp_reshardable' (each
+    rank writes its own buffer slices, no communication; a run resumes at the same TP/PP).
+    megatron-core 0.19.2's default, 'fully_sharded_model_space', is deprecated and rejects
+    flattened shards; 'fully_reshardable' cannot map the expansion blocks' factories yet."""
+    return {"distrib_optim_sharding_type": "dp_reshardable"} if distributed else {}
+
+
+def _torch_optimizers(optimizer: Any) -> list[Any]:
+    return [o.optimizer for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+
+
+def _adam_step(optimizer: Any) -> float | None:
+    steps = {float(v["step"]) for o in _torch_optimizers(optimizer) for v in o.state.values() if "step" in v}
+    return max(steps) if steps else None
+
+
+def _set_adam_step(optimizer: Any, step: float | None) -> None:
+    """megatron-core 0.19.2's distributed optimizer, on torch's Adam (no TE/apex, as on CPU),
+    restores the moments but leaves `step` at its placeholder value; bias correction then
+    differs from the uninterrupted run. The step is saved with the train state and set here."""
+    if step is None:
+        return
+    for o in _torch_optimizers(optimizer):
+        for v in o.state.values():
+            if "step" in v:
+                v["step"] = torch.tensor(step, dtype=v["step"].dtype if torch.is_tensor(v["step"]) else torch.float32)
+
+
+def save_run(
+    save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
+    optimizer_meta: dict[str, str] | None = None,
+) -> Path:
     """Collective: every rank calls. Returns the iteration directory."""
     def extra(model_sd: dict) -> dict:
         return {
-            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=False),
+            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=False, metadata=optimizer_meta),
             "rng_state": _rng_object(_rng_state()),
-            "train_state": {"iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict()},
+            "train_state": {
+                "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
+                "adam_step": _adam_step(optimizer),
+            },
         }
 
     path = save_checkpoint(model, iteration_dir(save, iteration), extra)
@@ -88,20 +123,30 @@ def save_run(save: str, iteration: int, model: Any, optimizer: Any, scheduler: A
     return path
 
 
-def load_run(path: Path, model: Any, optimizer: Any, scheduler: Any) -> tuple[int, int]:
+def load_run(
+    path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_meta: dict[str, str] | None = None
+) -> tuple[int, int]:
     """Restore model, optimizer, scheduler and RNG from an iteration directory.
     Returns (iteration, consumed samples)."""
+    # A fresh torch Adam has no state until its first step; the distributed optimizer needs it
+    # allocated to describe its checkpoint entries (megatron-core's own loader does the same).
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if hasattr(opt, "_init_optimizer_states_with_dummy_values") and not opt.optimizer.state:
+            opt._init_optimizer_states_with_dummy_values()
+
     def extra(model_sd: dict) -> dict:
         return {
-            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=True),
+            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=True, metadata=optimizer_meta),
             "rng_state": _rng_object(None),
         }
 
     loaded = load_checkpoint(model, path, extra)
     if "train_state" not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
-    optimizer.load_state_dict(loaded["optimizer"])
+    with torch.no_grad():  # the distributed optimizer copies into views of the parameters
+        optimizer.load_state_dict(loaded["optimizer"])
     state = loaded["train_state"]
+    _set_adam_step(optimizer, state.get("adam_step"))
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(loaded["rng_state"])
     return int(state["iteration"]), int(state["consumed_samples"])

@@ -24,7 +24,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.builder import output_layers
 from megatron_scale.training import arguments as A
-from megatron_scale.training.checkpointing import latest_iteration_dir, load_run, save_run
+from megatron_scale.training.checkpointing import latest_iteration_dir, load_run, optimizer_metadata, save_run
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import build_model, load_initial_weights
@@ -48,6 +48,13 @@ class Run:
     dp_size: int
     iteration: int = 0
     consumed: int = 0
+
+    @property
+    def optimizer_meta(self) -> dict[str, str]:
+        return optimizer_metadata(self.args.use_distributed_optimizer)
+
+    def save(self) -> None:
+        save_run(self.args.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed, self.optimizer_meta)
 
 
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
@@ -132,7 +139,7 @@ def setup(args: argparse.Namespace) -> Run:
         num_microbatches=gb // (args.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
     )
     if resume is not None:
-        run.iteration, run.consumed = load_run(resume, model, optimizer, scheduler)
+        run.iteration, run.consumed = load_run(resume, model, optimizer, scheduler, run.optimizer_meta)
     return run
 
 
@@ -223,7 +230,7 @@ def train(args: argparse.Namespace) -> Run:
             stop = signals.any_rank()
             if args.save and ((args.save_interval and run.iteration % args.save_interval == 0) or last
                               or (stop and args.exit_signal_save)):
-                save_run(args.save, run.iteration, run.ddp.module, run.optimizer, run.scheduler, run.consumed)
+                run.save()
             if stop:
                 if run.log.active:
                     print(f" stopping at iteration {run.iteration} on a signal", flush=True)
