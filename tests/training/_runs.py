@@ -1,0 +1,56 @@
+"""Tiny datasets and torchrun invocations of the real training entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+VOCAB = 96
+MODEL = (
+    "--num-layers 4 --hidden-size 64 --num-attention-heads 16 --num-query-groups 8 "
+    "--ffn-hidden-size 128 --vocab-size 96 --seq-length 16 --micro-batch-size 2 "
+    "--global-batch-size 8 --lr 3e-3 --lr-warmup-iters 2 --device cpu --log-interval 1"
+).split()
+
+
+def make_dataset(prefix: Path, seed: int, docs: int = 200) -> str:
+    """Learnable token streams (arithmetic sequences mod VOCAB) as a Megatron indexed dataset."""
+    from megatron_scale import _mcore as mc
+
+    g = np.random.default_rng(seed)
+    builder = mc.IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
+    for _ in range(docs):
+        n, start, step = int(g.integers(20, 60)), int(g.integers(0, VOCAB)), int(g.integers(1, 4))
+        builder.add_document(torch.tensor([(start + step * i) % VOCAB for i in range(n)], dtype=torch.int32), [n])
+    builder.finalize(f"{prefix}.idx")
+    return str(prefix)
+
+
+def command(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "megatron_scale.train", *MODEL, *args]
+
+
+def train(nproc: int, metrics: Path, *args: str, timeout: int = 300) -> list[dict]:
+    """Run the entry to completion; return its JSONL training records."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(command(nproc, "--metrics-file", str(metrics), *args), capture_output=True,
+                         text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    return records(metrics)
+
+
+def records(metrics: Path, kind: str = "train") -> list[dict]:
+    if not metrics.exists():
+        return []
+    return [r for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == kind]
+
+
+def losses(recs: list[dict]) -> dict[int, float]:
+    return {r["iteration"]: r["lm_loss"] for r in recs}

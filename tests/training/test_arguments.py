@@ -1,0 +1,53 @@
+"""Bad input stops before any process group, with one message naming the flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from megatron_scale.training import arguments as A
+from tests.training._runs import MODEL, make_dataset
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_dataset(tmp_path_factory.mktemp("d") / "en", seed=0)
+
+
+def _args(data: str, *extra: str) -> list[str]:
+    return [*MODEL, "--train-iters", "2", "--data-path", data, *extra]
+
+
+@pytest.mark.parametrize(
+    ("extra", "world", "flag"),
+    [
+        (("--global-batch-size", "6"), 2, "--global-batch-size"),
+        (("--tensor-model-parallel-size", "3"), 2, "--tensor-model-parallel-size"),
+        (("--pipeline-model-parallel-size", "2", "--num-layers", "3"), 2, "--num-layers"),
+        (("--sequence-parallel",), 1, "--sequence-parallel"),
+        (("--load", "/nonexistent/ckpt"), 1, "--load"),
+        (("--save-interval", "5"), 1, "--save-interval"),
+        (("--method", "freeze", "--freeze-layers", "9"), 1, "--freeze-layers"),
+        (("--scale-groups-up", "3"), 1, "--scale-groups-up"),
+        (("--eval-data-path", "en"), 1, "--eval-data-path"),
+    ],
+)
+def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:
+    args = A.parse_args(_args(data, *extra))
+    with pytest.raises(ValueError, match=flag):
+        A.validate(args, world)
+
+
+def test_missing_data_prefix(tmp_path: Path) -> None:
+    args = A.parse_args([*MODEL, "--train-iters", "2", "--data-path", str(tmp_path / "nope")])
+    with pytest.raises(ValueError, match=r"--data-path: dataset .*nope has no .*nope\.bin"):
+        A.validate(args, 1)
+
+
+def test_weighted_blend_parses_like_megatron() -> None:
+    assert A.data_blend(["0.7", "ko", "0.3", "en"]) == (["ko", "en"], [0.7, 0.3])
+    assert A.data_blend(["ko"]) == (["ko"], None)
+    with pytest.raises(ValueError, match="--data-path"):
+        A.data_blend(["0.7", "ko", "0.3"])
+    assert A.eval_sets(["en=/a/en", "ko=/b/ko"]) == {"en": "/a/en", "ko": "/b/ko"}

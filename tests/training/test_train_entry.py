@@ -1,0 +1,193 @@
+"""The training entry, run as users run it: `torchrun -m megatron_scale.train` on CPU over gloo.
+
+A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations) and saved; then
+- continuing it at TP=1, TP=2 and PP=2 gives the same losses (1e-5);
+- at DP=2 the distributed optimizer gives the plain optimizer's losses (1e-5); TP=2 x DP=2 (4
+  ranks) trains (loss falls);
+- SCALE-Preserve continues from the base at TP=2; a second run killed with SIGKILL after its
+  iteration-5 checkpoint and resumed reproduces the uninterrupted losses exactly;
+- after training, the Preserve model's preservation-head logits equal the base model's bitwise;
+- a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
+- each method trains exactly the parameters its formula counts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+
+from tests._dist import run_ranks
+from tests.training._runs import MODEL, command, losses, make_dataset, records, train
+
+ITERS = 10
+pytestmark = pytest.mark.dist
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("train")
+    en = make_dataset(root / "en", seed=0)
+    ko = make_dataset(root / "ko", seed=1)
+    base = train(1, root / "base.jsonl", "--method", "full", "--train-iters", str(ITERS), "--data-path", en,
+                 "--save", str(root / "base"))
+    return {"root": root, "en": en, "ko": ko, "base": base, "base_ckpt": str(root / "base" / f"iter_{ITERS:07d}")}
+
+
+def _full(work: dict, name: str, nproc: int, *extra: str) -> dict[int, float]:
+    return losses(train(nproc, work["root"] / f"{name}.jsonl", "--method", "full", "--train-iters", str(ITERS),
+                        "--data-path", work["en"], *extra))
+
+
+def test_base_pretraining_learns(work: dict) -> None:
+    base = losses(work["base"])
+    assert sorted(base) == list(range(1, ITERS + 1))
+    assert base[ITERS] < base[1] - 0.3
+
+
+def test_tp2_and_pp2_match_tp1(work: dict) -> None:
+    # Random init depends on the layout (each pipeline stage seeds its own layers), so every
+    # layout continues from the same checkpoint.
+    cont = ("--load", work["base_ckpt"], "--data-path", work["ko"])
+    base = _full(work, "tp1_cont", 1, *cont)
+    for name, extra in (("tp2", ("--tensor-model-parallel-size", "2")), ("pp2", ("--pipeline-model-parallel-size", "2"))):
+        got = _full(work, name, 2, *cont, *extra)
+        assert sorted(got) == sorted(base), name
+        for it in base:
+            assert got[it] == pytest.approx(base[it], abs=1e-5), (name, it)
+
+
+def test_distributed_optimizer_matches_plain_at_dp2(work: dict) -> None:
+    plain = _full(work, "dp2", 2)
+    distopt = _full(work, "dp2_distopt", 2, "--use-distributed-optimizer")
+    assert plain[ITERS] < plain[1]
+    for it in plain:
+        assert distopt[it] == pytest.approx(plain[it], abs=1e-5), it
+
+
+def test_tp2_dp2_four_ranks_trains(work: dict) -> None:
+    got = _full(work, "tp2dp2", 4, "--tensor-model-parallel-size", "2")
+    assert got[ITERS] < got[1] - 0.2
+
+
+PRESERVE_ITERS = 20  # the kill must land between the iteration-5 checkpoint and the end
+
+
+def _preserve_args(work: dict, save: Path) -> list[str]:
+    return ["--method", "scale-preserve", "--train-iters", str(PRESERVE_ITERS), "--data-path", work["ko"],
+            "--tensor-model-parallel-size", "2", "--load", work["base_ckpt"], "--save", str(save), "--save-interval", "5"]
+
+
+@pytest.fixture(scope="module")
+def preserve_run(work: dict) -> dict[str, Any]:
+    save = work["root"] / "preserve"
+    recs = train(2, work["root"] / "preserve.jsonl", *_preserve_args(work, save))
+    return {"losses": losses(recs), "ckpt": str(save / f"iter_{PRESERVE_ITERS:07d}")}
+
+
+def test_sigkill_and_resume_reproduces_the_run(work: dict, preserve_run: dict) -> None:
+    save = work["root"] / "killed"
+    metrics = work["root"] / "killed.jsonl"
+    args = [*_preserve_args(work, save), "--metrics-file", str(metrics)]
+    proc = subprocess.Popen(command(2, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    marker = save / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 240
+    while not (marker.exists() and marker.read_text().strip() == "5"):
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.2)
+    # torchrun's workers run in process groups of their own: kill the whole tree at once.
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    for p in tree:
+        p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(tree, timeout=30)
+    killed_at = max(losses(records(metrics)))
+    assert killed_at < PRESERVE_ITERS, "the run must be killed before it finished"
+    resumed = losses(train(2, work["root"] / "resumed.jsonl", *args[:-2], "--load", str(save)))
+    assert sorted(resumed) == list(range(6, PRESERVE_ITERS + 1))
+    for it, value in resumed.items():
+        assert value == preserve_run["losses"][it], it
+
+
+def _method_args(method: str, tp: int = 1, *extra: str) -> Any:
+    from megatron_scale.training import arguments as A
+
+    # --data-path is not read: these helpers only build models
+    return A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
+                         "--tensor-model-parallel-size", str(tp), *extra])
+
+
+def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
+    from megatron_scale.checkpoint import load_checkpoint
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.model.builder import output_head
+    from megatron_scale.training.model import build_model, load_initial_weights
+    from tests import _tiny
+
+    init_distributed(2, 1, device="cpu")
+    base = build_model(_method_args("full", 2)).eval()
+    load_initial_weights(base, base_ckpt)
+    scale = build_model(_method_args("scale-preserve", 2)).eval()
+    load_checkpoint(scale, scale_ckpt)
+    b = _tiny.batch(seed=5)
+    with torch.no_grad():
+        ref = base(b["input_ids"], b["position_ids"], b["attention_mask"])
+        with output_head(scale, "preserve"):
+            z_p = scale(b["input_ids"], b["position_ids"], b["attention_mask"])
+        z_a = scale(b["input_ids"], b["position_ids"], b["attention_mask"])
+    return {"bitwise": torch.equal(z_p, ref), "adapted": float((z_a - ref).abs().max())}
+
+
+def test_preservation_head_equals_base_after_training(work: dict, preserve_run: dict) -> None:
+    assert preserve_run["losses"][PRESERVE_ITERS] < preserve_run["losses"][1]
+    for r in run_ranks(_compare_heads, 2, work["base_ckpt"], preserve_run["ckpt"]):
+        assert r["bitwise"]
+        assert r["adapted"] > 1e-4
+
+
+def test_nan_loss_stops_naming_the_iteration(work: dict) -> None:
+    args = ["--method", "full", "--train-iters", "4", "--data-path", work["en"], "--lr", "1e30", "--lr-warmup-iters", "0",
+            "--clip-grad", "0"]
+    out = subprocess.run(command(1, "--metrics-file", str(work["root"] / "nan.jsonl"), *args),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "StopTraining: iteration" in out.stderr and "lm loss is nan" in out.stderr, out.stderr[-2000:]
+    skipped = train(1, work["root"] / "nan_skip.jsonl", *args, "--skip-nan")
+    assert len(skipped) == 4 and any(r["skipped"] for r in skipped)
+
+
+def _trainable_counts(rank: int, world: int) -> dict[str, int]:
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.training.model import build_model
+
+    init_distributed(1, 1, device="cpu")
+    out = {}
+    for method, extra in (("full", ()), ("freeze", ("--freeze-layers", "3")), ("scale-preserve", ()),
+                          ("scale-adapt", ()), ("scale-route", ())):
+        model = build_model(_method_args(method, 1, *extra))
+        out[method] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return out
+
+
+def test_each_method_trains_what_its_formula_counts() -> None:
+    V, L, d, h, g, f = 96, 4, 64, 16, 8, 128
+    k = d // h
+    du, hu, gu, fu = d // 4, h // 4, g // 4, f // 4
+    layer = (h + 2 * g) * k * d + d * h * k + 2 * f * d + d * f + 2 * d   # qkv, proj, fc1, fc2, 2 norms
+    full = V * d + L * layer + d                                          # tied embedding, final norm
+    freeze = full - V * d - 3 * layer
+    per_layer_up = ((hu + 2 * gu) * k * (d + du) + du * (h + hu) * k       # [W21 W22] of qkv, proj
+                    + 2 * fu * (d + du) + du * (f + fu) + 2 * du)          # fc1, fc2, norm gains
+    preserve = V * du + V * du + L * per_layer_up + du                     # E_up, W_out_up, final gain
+    adapt = preserve + (L // 2) * ((h + 2 * g) * k * du + d * hu * k)      # W12: qkv, proj, upper half
+    got = run_ranks(_trainable_counts, 1)[0]
+    assert got == {"full": full, "freeze": freeze, "scale-preserve": preserve, "scale-adapt": adapt,
+                   "scale-route": preserve}
