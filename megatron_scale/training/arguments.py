@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from megatron_scale.config import ScaleConfig
 
-METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze")
+METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS, default="scale-preserve")
     g.add_argument("--freeze-layers", type=int, default=3, help="freeze: bottom layers frozen (+ input embedding)")
+    g.add_argument("--llama-pro-blocks", type=int, default=None,
+                   help="llama-pro: blocks inserted (default num-layers/4); --num-layers stays the base's")
 
     g = p.add_argument_group("SCALE (--scale-*)")
     g.add_argument("--scale-hidden-up", type=int, default=None, help="d' (default d/4)")
@@ -118,6 +120,10 @@ def scale_config(args: argparse.Namespace) -> ScaleConfig:
     )
 
 
+def llama_pro_blocks(args: argparse.Namespace) -> int:
+    return args.llama_pro_blocks if args.llama_pro_blocks is not None else max(1, args.num_layers // 4)
+
+
 def data_blend(paths: Sequence[str]) -> tuple[list[str], list[float] | None]:
     """'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights), as Megatron-LM parses --data-path."""
     if len(paths) == 1:
@@ -161,8 +167,13 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
             f"--global-batch-size {args.global_batch_size} is not divisible by --micro-batch-size "
             f"{args.micro_batch_size} x data-parallel size {dp}"
         )
-    if args.num_layers % pp:
-        raise ValueError(f"--num-layers {args.num_layers} is not divisible by --pipeline-model-parallel-size {pp}")
+    layers = args.num_layers
+    if args.method == "llama-pro":
+        from megatron_scale.upscale.depth import new_block_indices
+
+        layers += len(new_block_indices(args.num_layers, llama_pro_blocks(args)))
+    if layers % pp:
+        raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size {pp}")
     if args.sequence_parallel and tp == 1:
         raise ValueError("--sequence-parallel needs --tensor-model-parallel-size > 1")
     prefixes, _ = data_blend(args.data_path)

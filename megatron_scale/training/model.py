@@ -4,6 +4,8 @@
     full                                          megatron-core's GPTModel, every weight trains
     freeze                                        GPTModel; the input embedding and the bottom
                                                   --freeze-layers layers frozen
+    llama-pro                                     GPTModel with inserted identity blocks
+                                                  (upscale/depth.py); only those train
 A base checkpoint (any megatron-core GPT dist checkpoint, including a `full` run's) is read as
 global tensors and, for SCALE, upscaled on load; a SCALE checkpoint loads as it is.
 """
@@ -20,16 +22,17 @@ from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import is_scale_checkpoint, load_checkpoint
 from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.state import load_global_state_dict, sharded_tensors
-from megatron_scale.training.arguments import scale_config
+from megatron_scale.training.arguments import llama_pro_blocks, scale_config
 from megatron_scale.upscale import upscale_state_dict
+from megatron_scale.upscale.depth import expand_depth, new_block_indices
 
 
-def base_transformer_config(args: argparse.Namespace) -> Any:
+def base_transformer_config(args: argparse.Namespace, num_layers: int | None = None) -> Any:
     """The base model's TransformerConfig (Llama family: RMSNorm, SwiGLU, no biases, RoPE)."""
     on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     return mc.TransformerConfig(
-        num_layers=args.num_layers, hidden_size=args.hidden_size,
+        num_layers=num_layers or args.num_layers, hidden_size=args.hidden_size,
         num_attention_heads=args.num_attention_heads, num_query_groups=args.num_query_groups,
         ffn_hidden_size=args.ffn_hidden_size, kv_channels=args.kv_channels,
         normalization="RMSNorm", layernorm_epsilon=args.norm_epsilon, gated_linear_unit=True,
@@ -44,7 +47,10 @@ def base_transformer_config(args: argparse.Namespace) -> Any:
 
 def build_model(args: argparse.Namespace) -> Any:
     """This rank's model chunk for --method (random weights; see `load_initial_weights`)."""
-    cfg = base_transformer_config(args)
+    layers = args.num_layers
+    if args.method == "llama-pro":
+        layers += llama_pro_blocks(args)
+    cfg = base_transformer_config(args, layers)
     kwargs = dict(
         vocab_size=args.vocab_size,
         max_sequence_length=args.max_position_embeddings or args.seq_length,
@@ -61,6 +67,9 @@ def build_model(args: argparse.Namespace) -> Any:
     )
     if args.method == "freeze":
         freeze_bottom(model, args.freeze_layers)
+    if args.method == "llama-pro":
+        train_only_layers(model, set(new_block_indices(args.num_layers, llama_pro_blocks(args))))
+    model.base_layers = args.num_layers
     return model
 
 
@@ -73,6 +82,16 @@ def freeze_bottom(model: Any, layers: int) -> None:
         if layer.layer_number - 1 < layers:
             for p in layer.parameters():
                 p.requires_grad_(False)
+
+
+def train_only_layers(model: Any, layers: set[int]) -> None:
+    """Freeze every parameter except those of the given (global, 0-based) layers."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.decoder.layers:
+        if layer.layer_number - 1 in layers:
+            for p in layer.parameters():
+                p.requires_grad_(True)
 
 
 def read_base_state(directory: str, model: Any) -> dict[str, torch.Tensor]:
@@ -99,6 +118,9 @@ def load_initial_weights(model: Any, directory: str) -> str:
         load_checkpoint(model, directory)
         return "scale"
     base = read_base_state(directory, model)
+    if model.config.num_layers != getattr(model, "base_layers", model.config.num_layers):
+        load_global_state_dict(model, expand_depth(base, model.base_layers, model.config.num_layers - model.base_layers))
+        return "base+depth"
     if hasattr(model, "scale_dims"):
         load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
         return "base+upscale"

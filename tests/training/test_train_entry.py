@@ -8,7 +8,8 @@ A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations
   iteration-5 checkpoint and resumed reproduces the uninterrupted losses exactly;
 - after training, the Preserve model's preservation-head logits equal the base model's bitwise;
 - a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
-- each method trains exactly the parameters its formula counts.
+- each method trains exactly the parameters its formula counts; LLaMA-Pro's expanded model
+  computes the base function bitwise.
 """
 
 from __future__ import annotations
@@ -52,11 +53,20 @@ def test_base_pretraining_learns(work: dict) -> None:
     assert base[ITERS] < base[1] - 0.3
 
 
-def test_tp2_and_pp2_match_tp1(work: dict) -> None:
+def _cont(work: dict) -> tuple[str, ...]:
+    return ("--load", work["base_ckpt"], "--data-path", work["ko"])
+
+
+@pytest.fixture(scope="module")
+def tp1_cont(work: dict) -> dict[int, float]:
+    """The base continued with --method full at TP=1 on the Korean set."""
+    return _full(work, "tp1_cont", 1, *_cont(work))
+
+
+def test_tp2_and_pp2_match_tp1(work: dict, tp1_cont: dict) -> None:
     # Random init depends on the layout (each pipeline stage seeds its own layers), so every
     # layout continues from the same checkpoint.
-    cont = ("--load", work["base_ckpt"], "--data-path", work["ko"])
-    base = _full(work, "tp1_cont", 1, *cont)
+    cont, base = _cont(work), tp1_cont
     for name, extra in (("tp2", ("--tensor-model-parallel-size", "2")), ("pp2", ("--pipeline-model-parallel-size", "2"))):
         got = _full(work, name, 2, *cont, *extra)
         assert sorted(got) == sorted(base), name
@@ -164,16 +174,33 @@ def test_nan_loss_stops_naming_the_iteration(work: dict) -> None:
     assert len(skipped) == 4 and any(r["skipped"] for r in skipped)
 
 
-def _trainable_counts(rank: int, world: int) -> dict[str, int]:
+def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale.distributed import init_distributed
+    from megatron_scale.model.state import load_global_state_dict
     from megatron_scale.training.model import build_model
+    from megatron_scale.upscale.depth import expand_depth
+    from tests import _tiny
 
     init_distributed(1, 1, device="cpu")
-    out = {}
+    out: dict[str, Any] = {}
     for method, extra in (("full", ()), ("freeze", ("--freeze-layers", "3")), ("scale-preserve", ()),
-                          ("scale-adapt", ()), ("scale-route", ())):
+                          ("scale-adapt", ()), ("scale-route", ()), ("llama-pro", ("--llama-pro-blocks", "2"))):
         model = build_model(_method_args(method, 1, *extra))
         out[method] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # LLaMA-Pro's expanded model computes the base function exactly.
+    state = _tiny.base_state_dict(tied=True)
+    base = _tiny.build_base(_tiny.base_config(1), True, state).eval()
+    pro = build_model(_method_args("llama-pro", 1, "--llama-pro-blocks", "2")).eval()
+    load_global_state_dict(pro, expand_depth(state, _tiny.LAYERS, 2))
+    b = _tiny.batch(seed=6)
+    with torch.no_grad():
+        out["llama_pro_bitwise"] = torch.equal(
+            pro(b["input_ids"], b["position_ids"], b["attention_mask"]),
+            base(b["input_ids"], b["position_ids"], b["attention_mask"]),
+        )
+    out["llama_pro_trainable_layers"] = sorted(
+        layer.layer_number - 1 for layer in pro.decoder.layers if any(p.requires_grad for p in layer.parameters())
+    )
     return out
 
 
@@ -189,5 +216,16 @@ def test_each_method_trains_what_its_formula_counts() -> None:
     preserve = V * du + V * du + L * per_layer_up + du                     # E_up, W_out_up, final gain
     adapt = preserve + (L // 2) * ((h + 2 * g) * k * du + d * hu * k)      # W12: qkv, proj, upper half
     got = run_ranks(_trainable_counts, 1)[0]
+    assert got.pop("llama_pro_bitwise")
+    assert got.pop("llama_pro_trainable_layers") == [2, 5]   # after each half of the 4 base layers
     assert got == {"full": full, "freeze": freeze, "scale-preserve": preserve, "scale-adapt": adapt,
-                   "scale-route": preserve}
+                   "scale-route": preserve, "llama-pro": 2 * layer}
+
+
+def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict) -> None:
+    """Through the entry: the expanded model starts at the base's loss on the same batch (it is
+    the base function) and only its new blocks learn."""
+    pro = losses(train(1, work["root"] / "pro.jsonl", "--method", "llama-pro", "--llama-pro-blocks", "2",
+                       "--train-iters", str(ITERS), *_cont(work)))
+    assert pro[1] == pytest.approx(tp1_cont[1], abs=1e-6)
+    assert pro[ITERS] < pro[1]

@@ -95,3 +95,24 @@ def test_bad_base_is_named() -> None:
     del base[FC1 + "weight"]
     with pytest.raises(KeyError, match="linear_fc1.weight"):
         upscale_state_dict(base, dims)
+
+
+def test_llama_pro_depth_expansion() -> None:
+    from megatron_scale.upscale.depth import expand_depth, new_block_indices
+
+    assert new_block_indices(4, 2) == [2, 5]
+    assert new_block_indices(32, 8) == [4, 9, 14, 19, 24, 29, 34, 39]
+    with pytest.raises(ValueError, match="--llama-pro-blocks"):
+        new_block_indices(4, 3)
+    base = _tiny.base_state_dict(tied=True)
+    out = expand_depth(base, _tiny.LAYERS, 2)
+    qkv, proj = QKV + "weight", PROJ + "weight"
+    assert out[qkv].shape[0] == 6
+    # expanded order: base 0, 1, copy of 1, base 2, 3, copy of 3
+    for i, src in enumerate([0, 1, 1, 2, 3, 3]):
+        assert torch.equal(out[qkv][i], base[qkv][src])
+    for i in (2, 5):
+        assert torch.count_nonzero(out[proj][i]) == 0
+        assert torch.count_nonzero(out["decoder.layers.mlp.linear_fc2.weight"][i]) == 0
+    assert torch.equal(out[proj][4], base[proj][3])
+    assert out["embedding.word_embeddings.weight"] is base["embedding.word_embeddings.weight"]
