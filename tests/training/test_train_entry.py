@@ -229,3 +229,26 @@ def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict) -> None:
                        "--train-iters", str(ITERS), *_cont(work)))
     assert pro[1] == pytest.approx(tp1_cont[1], abs=1e-6)
     assert pro[ITERS] < pro[1]
+
+
+def test_sigterm_saves_and_exits_cleanly(work: dict) -> None:
+    """Slurm pre-empts by sending SIGTERM to every task: the run finishes its iteration, saves
+    (--exit-signal-save), writes the marker and exits 0."""
+    save = work["root"] / "preempted"
+    metrics = work["root"] / "preempted.jsonl"
+    args = ["--method", "full", "--train-iters", "200", "--data-path", work["en"], "--save", str(save),
+            "--exit-signal-save", "--metrics-file", str(metrics)]
+    proc = subprocess.Popen(command(2, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 240
+    while len(records(metrics)) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run did not start training"
+        time.sleep(0.2)
+    for worker in psutil.Process(proc.pid).children(recursive=True):
+        worker.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    stopped = int((save / "latest_checkpointed_iteration.txt").read_text())
+    assert 3 <= stopped < 200
+    assert (save / f"iter_{stopped:07d}").is_dir()
+    assert f"stopping at iteration {stopped} on a signal" in out
