@@ -8,7 +8,8 @@ Under vocab parallelism each rank holds a vocab slice of both heads, so the thre
 z_p.z_a, z_p.z_p, z_a.z_a are partial sums, all-reduced over the TP group: [3, tokens] floats
 travel, never the logits. No gradient flows through the choice (training uses z_a's loss).
 cos is clamped to [-1, 1]: tau = -1 always keeps z_p, tau > 1 always emits z_a; tau = 1 keeps
-z_p exactly where z_a is a positive multiple of z_p (at init, z_a == z_p everywhere).
+z_p exactly where z_a is a positive multiple of z_p (at init, z_a == z_p everywhere). Where a
+head is all zero the cosine is undefined; the token keeps z_p (cos taken as 1).
 """
 
 from __future__ import annotations

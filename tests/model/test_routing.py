@@ -1,0 +1,131 @@
+"""SCALE-Route's token router.
+
+Unit (no process group): per token, the routed logits are exactly z_p where cos(z_p, z_a) >= tau
+and exactly z_a elsewhere, on tokens built with known cosines (1, parallel, orthogonal, opposite,
+zero); tau = -1 keeps every token on z_p; tau = 1 keeps exactly the tokens whose z_a is a positive
+multiple of z_p; no gradient flows through the choice.
+Full model (gloo, 2 ranks): a Route model with trained-looking heads routes some tokens each way;
+its routed logits equal the choice recomputed from its own z_p and z_a, and at TP=2 (vocab-parallel
+partial sums all-reduced, logits never gathered for routing) they equal TP=1's, with the same share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from megatron_scale.model.routing import route
+from tests import _tiny
+from tests._dist import run_ranks
+
+
+def _tokens() -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    g = torch.Generator().manual_seed(0)
+    p = torch.randn(6, 10, generator=g)
+    q = torch.randn(10, generator=g)
+    ortho = q - (q @ p[2]) / (p[2] @ p[2]) * p[2]
+    z_a = torch.stack([p[0], 2.5 * p[1], ortho, -p[3], 0.3 * p[4] + torch.randn(10, generator=g), torch.zeros(10)])
+    cos = [1.0, 1.0, 0.0, -1.0, float(torch.nn.functional.cosine_similarity(p[4], z_a[4], dim=0)), 0.0]
+    return p, z_a, cos
+
+
+@pytest.mark.parametrize("tau", [-1.0, -0.5, 0.0, 0.5, 0.99, 1.0, 1.01])
+def test_routed_logits_are_exactly_one_head_per_token(tau: float) -> None:
+    z_p, z_a, cos = _tokens()
+    out, keep = route(z_p, z_a, tau)
+    for t, c in enumerate(cos):
+        expect_keep = c >= tau - 1e-6 if t not in (0, 1, 3) else c >= tau
+        if t == 5:  # z_a = 0: cos undefined; the token keeps z_p (cos taken as 1)
+            expect_keep = 1.0 >= tau
+        assert bool(keep[t]) == expect_keep, (t, c, tau)
+        assert torch.equal(out[t], z_p[t] if keep[t] else z_a[t])
+
+
+def test_tau_edges() -> None:
+    z_p, z_a, _ = _tokens()
+    _, keep = route(z_p, z_a, -1.0)
+    assert bool(keep.all())
+    _, keep = route(z_p, z_a, 1.0)
+    assert keep.tolist() == [True, True, False, False, False, True]
+
+
+def test_no_gradient_through_the_choice() -> None:
+    z_p, z_a, _ = _tokens()
+    z_p, z_a = z_p.clone().requires_grad_(True), z_a.clone().requires_grad_(True)
+    out, keep = route(z_p, z_a, 0.5)
+    out.sum().backward()
+    assert torch.equal(z_p.grad, keep.unsqueeze(-1).float().expand_as(z_p))
+    assert torch.equal(z_a.grad, (~keep).unsqueeze(-1).float().expand_as(z_a))
+
+
+def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
+    from megatron_scale.model.state import global_state_dict
+
+    g = torch.Generator().manual_seed(4)
+    state = global_state_dict(tau_model)
+    return {
+        k: v + 3.0 * torch.randn(v.shape, generator=g) if k.endswith("output_layer.weight_up") else
+        (v + 0.3 * torch.randn(v.shape, generator=g) if k.endswith(("weight_21", "weight_22", "embedding.word_embeddings.weight_up")) else v)
+        for k, v in state.items()
+    }
+
+
+def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
+    from megatron_scale.config import ScaleConfig
+    from megatron_scale.model.builder import output_head
+    from megatron_scale.model.state import load_global_state_dict
+
+    base = _tiny.base_state_dict(tied=False)
+    model = _tiny.build_scale(_tiny.base_config(tp), ScaleConfig(variant="route"), False, base, parallel_output=False)
+    if state is None:
+        state = _perturbed_state(model)
+    load_global_state_dict(model, state)
+    model.eval()
+    b = _tiny.batch(seed=8)
+    args = (b["input_ids"], b["position_ids"], b["attention_mask"])
+    head = model.output_layer
+    with torch.no_grad():
+        with output_head(model, "preserve"):
+            z_p = model(*args)
+        with output_head(model, "adapt"):
+            z_a = model(*args)
+        cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
+        if tau is None:  # split the tokens: midway between the two middle cosines of the TP=1 model
+            c = cos.flatten().sort().values
+            tau = float((c[len(c) // 2 - 1] + c[len(c) // 2]) / 2)
+        head.tau = tau
+        head.reset_route_counts()
+        routed = model(*args)
+    keep = cos >= tau
+    expected = torch.where(keep.unsqueeze(-1), z_p, z_a)
+    clear = (cos - tau).abs() > 1e-5  # fp32 (router) and fp64 (here) agree away from tau
+    either = torch.all((routed == z_p) | (routed == z_a), dim=-1)
+    return {"routed": routed, "share": head.preserve_fraction,
+            "recomputed_equal": bool(torch.equal(routed[clear], expected[clear]) and either.all()),
+            "share_recomputed": float(keep.double().mean()), "state": state, "tau": tau}
+
+
+def _body(rank: int, world: int) -> dict[str, Any]:
+    from megatron_scale import _mcore as mc
+    from megatron_scale.distributed import init_distributed
+
+    init_distributed(1, 1, device="cpu")
+    tp1 = _route_at(1, None, None)
+    mc.parallel_state.destroy_model_parallel()
+    mc.parallel_state.initialize_model_parallel(2)
+    tp2 = _route_at(2, tp1.pop("state"), tp1["tau"])
+    tp2.pop("state")
+    return {"tp1": tp1, "tp2": tp2, "max_diff": float((tp1["routed"] - tp2["routed"]).abs().max())}
+
+
+@pytest.mark.dist
+def test_route_model_tp2_equals_tp1() -> None:
+    for r in run_ranks(_body, 2):
+        for tp in ("tp1", "tp2"):
+            assert r[tp]["recomputed_equal"], tp
+            assert r[tp]["share"] == pytest.approx(r[tp]["share_recomputed"])
+        assert 0.0 < r["tp1"]["share"] < 1.0, "the test needs tokens routed each way"
+        assert r["tp2"]["share"] == r["tp1"]["share"]
+        assert r["max_diff"] < 1e-4

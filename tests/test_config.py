@@ -1,0 +1,97 @@
+"""SCALE settings: defaults as scale-method.md decides them, and every bad setting refused
+before any model exists, with one message naming the setting and its flag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from megatron_scale.config import ScaleConfig, ScaleConfigError
+from tests import _tiny
+
+
+def _base(**overrides: Any) -> Any:
+    return _tiny.base_config(1, **overrides)
+
+
+def test_defaults_follow_the_method() -> None:
+    dims = ScaleConfig().resolve(_base())
+    assert (dims.hidden_up, dims.heads_up, dims.groups_up, dims.ffn_up) == (
+        _tiny.HIDDEN // 4, _tiny.HEADS // 4, _tiny.GROUPS // 4, _tiny.FFN // 4,
+    )
+    assert dims.heads_up // dims.groups_up == _tiny.HEADS // _tiny.GROUPS
+    assert dims.head_dim == _tiny.HEAD_DIM
+    assert dims.variant == "preserve" and dims.init == "svd" and dims.router_tau == 0.5
+    assert dims.adapt_layers == frozenset() and dims.adapt_modules == frozenset()
+    adapt = ScaleConfig(variant="adapt").resolve(_base())
+    assert adapt.adapt_layers == frozenset(range(_tiny.LAYERS // 2, _tiny.LAYERS))
+    assert adapt.adapt_modules == frozenset({"qkv", "proj"})
+    assert ScaleConfig(variant="route").resolve(_base()).adapt_layers == frozenset()
+    assert ScaleConfig(variant="route", route_adapt=True).resolve(_base()).adapt_layers == adapt.adapt_layers
+    # g' = max(1, g/4) when g/4 < 1 keeps the GQA ratio only if h' follows it
+    small = ScaleConfig(heads_up=2).resolve(_base(num_attention_heads=8, num_query_groups=4))
+    assert (small.heads_up, small.groups_up) == (2, 1)
+
+
+def test_widened_config_keeps_the_head_size() -> None:
+    dims = ScaleConfig().resolve(_base())
+    wide = dims.widened(_base())
+    assert wide.hidden_size == _tiny.HIDDEN + dims.hidden_up
+    assert wide.num_attention_heads == _tiny.HEADS + dims.heads_up
+    assert wide.num_query_groups == _tiny.GROUPS + dims.groups_up
+    assert wide.ffn_hidden_size == _tiny.FFN + dims.ffn_up
+    assert wide.kv_channels == _tiny.HEAD_DIM
+
+
+@pytest.mark.parametrize(
+    ("settings", "tp", "named"),
+    [
+        ({"hidden_up": -4}, 1, "hidden_up"),
+        ({"heads_up": 0}, 1, "heads_up"),
+        ({"ffn_up": -1}, 1, "ffn_up"),
+        ({"groups_up": -2}, 1, "groups_up"),
+        ({"heads_up": 4, "groups_up": 1}, 1, "groups_up"),          # 4/1 != base ratio 16/8
+        ({"heads_up": 2, "groups_up": 1}, 2, "groups_up"),          # 1 group over 2 ranks
+        ({"heads_up": 6, "groups_up": 3}, 2, "groups_up"),          # 3 groups over 2 ranks
+        ({"heads_up": 6, "groups_up": 3}, 4, "heads_up"),           # 6 heads over 4 ranks
+        ({"ffn_up": 33}, 2, "ffn_up"),
+        ({"variant": "preserve-all"}, 1, "variant"),
+        ({"init": "orthogonal"}, 1, "init"),
+        ({"adapt_modules": ("qkv", "gate")}, 1, "adapt_modules"),
+        ({"variant": "adapt", "adapt_layers": (0, 7)}, 1, "adapt_layers"),
+        ({"init_std": -0.1}, 1, "init_std"),
+    ],
+)
+def test_bad_settings_name_the_setting(settings: dict, tp: int, named: str) -> None:
+    with pytest.raises(ScaleConfigError) as err:
+        ScaleConfig(**settings).resolve(_base(tensor_model_parallel_size=tp), tp)
+    message = str(err.value)
+    assert f"ScaleConfig.{named}" in message and "--scale-" + named.replace("_", "-") in message, message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"add_bias_linear": True}, "add_bias_linear"),
+        ({"normalization": "LayerNorm"}, "normalization"),
+        ({"gated_linear_unit": False}, "gated_linear_unit"),
+    ],
+)
+def test_unsupported_base_is_named(overrides: dict, named: str) -> None:
+    with pytest.raises(ScaleConfigError, match=named):
+        ScaleConfig().resolve(_base(**overrides))
+
+
+def test_refused_before_any_model_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from megatron_scale import _mcore as mc
+    from megatron_scale.model import builder
+
+    def built(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(mc.GPTModel, "__init__", built)
+    monkeypatch.setattr(builder, "get_scale_block_spec", built)
+    with pytest.raises(ScaleConfigError, match="groups_up"):
+        builder.build_scale_gpt(_base(), ScaleConfig(heads_up=4, groups_up=3), vocab_size=_tiny.VOCAB,
+                                max_sequence_length=_tiny.SEQ)
