@@ -109,7 +109,7 @@ def read_base_state(directory: str, model: Any) -> dict[str, torch.Tensor]:
 
 
 def _is_base_key(key: str) -> bool:
-    return not any(t in key for t in ("weight_up", "weight_21", "weight_22", "weight_12", "_weight_up"))
+    return not any(t in key for t in ("weight_up", "weight_21", "weight_22", "weight_12"))
 
 
 def load_initial_weights(model: Any, directory: str) -> str:
