@@ -74,10 +74,17 @@ def build_model(args: argparse.Namespace) -> Any:
 
 
 def freeze_bottom(model: Any, layers: int) -> None:
-    """Freeze the input embedding and the `layers` lowest transformer layers (global index)."""
+    """Freeze the input embedding and the `layers` lowest transformer layers (global index).
+
+    With tied embeddings the output layer is the same tensor: at PP=1 it is frozen with the
+    embedding, and under pipeline parallelism the last stage's copy must be frozen too, or
+    megatron-core's embedding-gradient all-reduce runs on one stage only and hangs."""
     if hasattr(model, "embedding"):
         for p in model.embedding.parameters():
             p.requires_grad_(False)
+    if model.share_embeddings_and_output_weights and getattr(model, "output_layer", None) is not None:
+        if model.output_layer.weight is not None:
+            model.output_layer.weight.requires_grad_(False)
     for layer in model.decoder.layers:
         if layer.layer_number - 1 < layers:
             for p in layer.parameters():

@@ -252,3 +252,11 @@ def test_sigterm_saves_and_exits_cleanly(work: dict) -> None:
     assert 3 <= stopped < 200
     assert (save / f"iter_{stopped:07d}").is_dir()
     assert f"stopping at iteration {stopped} on a signal" in out
+
+
+def test_pipeline_stage_with_nothing_trainable(work: dict) -> None:
+    """Freeze at PP=2 with the whole first stage frozen (embedding, layers 0-1; the tied output
+    copy on the last stage frozen with it) trains: no collective is left waiting."""
+    got = losses(train(2, work["root"] / "freeze_pp2.jsonl", "--method", "freeze", "--freeze-layers", "2",
+                       "--pipeline-model-parallel-size", "2", "--train-iters", "3", *_cont(work), timeout=120))
+    assert sorted(got) == [1, 2, 3]
