@@ -71,11 +71,16 @@ def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
 
 
 def _mean_loss(outputs: list[dict]) -> torch.Tensor:
-    """The microbatches' mean loss, on every rank (computed on the last stage, broadcast)."""
+    """The global batch's mean loss, the same on every rank: averaged over this rank's
+    microbatches (on the last stage), over data-parallel ranks, then broadcast down the pipeline
+    (so every rank takes the same NaN decision)."""
     value = torch.tensor(
         [sum(float(o["lm loss"]) for o in outputs) / len(outputs) if outputs else 0.0], dtype=torch.float64
     )
     ps = mc.parallel_state
+    if ps.get_data_parallel_world_size() > 1:
+        dist.all_reduce(value, group=ps.get_data_parallel_group())
+        value /= ps.get_data_parallel_world_size()
     if ps.get_pipeline_model_parallel_world_size() > 1:
         last = ps.get_pipeline_model_parallel_last_rank()
         dist.broadcast(value, src=last, group=ps.get_pipeline_model_parallel_group())
