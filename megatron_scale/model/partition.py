@@ -26,9 +26,7 @@ ShardedTensorFactory on save and merged back on load, so a TP=2 checkpoint loads
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from typing import Any
+from typing import Any, Literal
 
 import torch
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import is_scale_checkpoint, load_checkpoint
 from megatron_scale.model.builder import build_scale_gpt
-from megatron_scale.model.state import load_global_state_dict, sharded_tensors
+from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.training.arguments import llama_pro_blocks, scale_config
 from megatron_scale.upscale import upscale_state_dict
 from megatron_scale.upscale.depth import expand_depth, new_block_indices
@@ -101,22 +101,13 @@ def train_only_layers(model: Any, layers: set[int]) -> None:
                 p.requires_grad_(True)
 
 
-def read_base_state(directory: str, model: Any) -> dict[str, torch.Tensor]:
-    """Global base tensors from a GPT dist checkpoint: the keys a base GPTModel needs.
+def read_base_state(directory: str) -> dict[str, torch.Tensor]:
+    """Global base tensors from a GPT dist checkpoint (optimizer entries dropped).
 
     Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
     offline tools/upscale_checkpoint.py path avoids it for larger models)."""
     plain = mc.dist_checkpointing.load_plain_tensors(directory)
-    wanted = {st.key for _, st in sharded_tensors(model)}
-    base = {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}
-    missing = sorted(k for k in wanted if k not in base and _is_base_key(k))
-    if missing:
-        raise ValueError(f"--load {directory}: not a checkpoint of this base model; missing {missing[:3]}")
-    return base
-
-
-def _is_base_key(key: str) -> bool:
-    return not any(t in key for t in ("weight_up", "weight_21", "weight_22", "weight_12"))
+    return {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}
 
 
 def load_initial_weights(model: Any, directory: str) -> str:
@@ -124,12 +115,16 @@ def load_initial_weights(model: Any, directory: str) -> str:
     if is_scale_checkpoint(directory):
         load_checkpoint(model, directory)
         return "scale"
-    base = read_base_state(directory, model)
-    if model.config.num_layers != getattr(model, "base_layers", model.config.num_layers):
-        load_global_state_dict(model, expand_depth(base, model.base_layers, model.config.num_layers - model.base_layers))
-        return "base+depth"
-    if hasattr(model, "scale_dims"):
-        load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
-        return "base+upscale"
-    load_global_state_dict(model, base)
-    return "base"
+    base = read_base_state(directory)
+    try:
+        if model.config.num_layers != getattr(model, "base_layers", model.config.num_layers):
+            extra_layers = model.config.num_layers - model.base_layers
+            load_global_state_dict(model, expand_depth(base, model.base_layers, extra_layers))
+            return "base+depth"
+        if hasattr(model, "scale_dims"):
+            load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
+            return "base+upscale"
+        load_global_state_dict(model, base)
+        return "base"
+    except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
+        raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
