@@ -42,7 +42,8 @@ from megatron.core.dist_checkpointing.mapping import (
 )
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from megatron.core.datasets.blended_dataset import BlendedDataset
+from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
 from megatron.core.distributed import (
     DistributedDataParallel,
     DistributedDataParallelConfig,
@@ -94,11 +95,13 @@ from megatron.core.utils import (
 
 __all__ = [
     "MCORE_VERSION",
+    "BlendedDataset",
     "BlendedMegatronDatasetBuilder",
     "GPTDataset",
     "GPTDatasetConfig",
     "IndexedDataset",
     "IndexedDatasetBuilder",
+    "optimal_index_dtype",
     "OptimizerParamScheduler",
     "MLP",
     "AttnMaskType",
@@ -149,3 +152,8 @@ __all__ = [
     "reduce_scatter_to_sequence_parallel_region",
     "tensor_parallel",
 ]
+
+
+def optimal_index_dtype(vocab_size: int) -> type:
+    """The token dtype megatron-core's IndexedDataset picks for a vocabulary (uint16 below 65,500)."""
+    return DType.optimal_dtype(vocab_size)

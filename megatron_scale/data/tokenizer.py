@@ -1,0 +1,143 @@
+"""Tokenizers for data preparation, all read from local files (nothing is downloaded).
+
+    HuggingFaceTokenizer    a tokenizer.json, or a folder holding one (Llama-3's, or one made
+                            by `train_byte_bpe`); end-of-document is the folder's eos_token
+    SentencePieceTokenizer  a SentencePiece .model file; end-of-document is its </s>
+
+Both encode without special tokens: a document's token ids are its text's, and --append-eod
+adds the end-of-document id. `TokenizerSpec` is the picklable description workers rebuild the
+tokenizer from. The module imports neither torch nor megatron, so worker processes start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from megatron_scale.data.files import atomic_write
+
+TOKENIZER_TYPES = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
+EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # when no config names one
+BPE_EOD = "<|endoftext|>"
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+    eod: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """--tokenizer-type and --tokenizer-model, checked; `load()` builds the tokenizer."""
+
+    type: str
+    model: str
+
+    def __post_init__(self) -> None:
+        if self.type not in TOKENIZER_TYPES:
+            raise ValueError(f"--tokenizer-type {self.type}: expected one of {', '.join(TOKENIZER_TYPES)}")
+        if not os.path.exists(self.model):
+            raise ValueError(f"--tokenizer-model {self.model}: no such file or folder")
+
+    def load(self) -> Tokenizer:
+        if self.type == "HuggingFaceTokenizer":
+            return HuggingFaceTokenizer(self.model)
+        return SentencePieceTokenizer(self.model)
+
+
+class HuggingFaceTokenizer:
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        if not os.path.isfile(file):
+            raise ValueError(f"--tokenizer-model {path}: no tokenizer.json in the folder")
+        try:
+            self._tok = _Tok.from_file(file)
+        except Exception as e:  # the tokenizers library raises plain Exceptions on bad files
+            raise ValueError(f"--tokenizer-model {file}: not a Hugging Face tokenizer.json ({e})") from e
+        self.path = path
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.eod = self._eod_id(path)
+
+    def _eod_id(self, path: str) -> int:
+        names = list(EOD_CANDIDATES)
+        config = os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "tokenizer_config.json")
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as f:
+                eos = json.load(f).get("eos_token")
+            if isinstance(eos, dict):
+                eos = eos.get("content")
+            if isinstance(eos, str):
+                names.insert(0, eos)
+        for name in names:
+            i = self._tok.token_to_id(name)
+            if i is not None:
+                return i
+        raise ValueError(f"--tokenizer-model {path}: no end-of-document token (eos_token in tokenizer_config.json, "
+                         f"or one of {', '.join(EOD_CANDIDATES)})")
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+class SentencePieceTokenizer:
+    def __init__(self, path: str) -> None:
+        import sentencepiece
+
+        try:
+            self._sp = sentencepiece.SentencePieceProcessor(model_file=path)
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"--tokenizer-model {path}: not a SentencePiece model ({e})") from e
+        self.path = path
+        self.vocab_size = self._sp.get_piece_size()
+        self.eod = self._sp.eos_id()
+        if self.eod < 0:
+            raise ValueError(f"--tokenizer-model {path}: the SentencePiece model has no </s> (eos) piece")
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(texts)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._sp.decode([int(i) for i in ids])
+
+
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency: int = 2) -> str:
+    """Train a byte-level BPE (GPT-2 style: every byte is a token, so any text round-trips) on
+    `texts` and write `out_dir/tokenizer.json` + `tokenizer_config.json`, loadable here as
+    HuggingFaceTokenizer and by transformers' PreTrainedTokenizerFast. Returns out_dir."""
+    from tokenizers import Tokenizer as _Tok
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < 257:
+        raise ValueError(f"--vocab-size {vocab_size}: a byte-level BPE needs at least 257 (256 bytes + {BPE_EOD})")
+    tok = _Tok(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[BPE_EOD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    os.makedirs(out_dir, exist_ok=True)
+    atomic_write(os.path.join(out_dir, "tokenizer.json"), tok.to_str().encode("utf-8"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": BPE_EOD, "bos_token": None,
+              "model_max_length": 1 << 30, "clean_up_tokenization_spaces": False}
+    atomic_write(os.path.join(out_dir, "tokenizer_config.json"), json.dumps(config, indent=2).encode("utf-8"))
+    return out_dir
