@@ -60,3 +60,31 @@ class SplitRMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.base_hidden}+{self.weight_up.numel()}, eps={self.eps}"
+
+
+class RMSNorm(nn.Module):
+    """A plain RMSNorm for the non-SCALE models, computed as megatron-core's local one
+    (torch.nn.RMSNorm -> F.rms_norm) and with the same checkpoint entry (`weight`), that also
+    works under sequence parallelism (megatron-core's torch norm refuses it)."""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.config = config
+        self.eps = eps
+        kw = {"dtype": config.params_dtype, "device": param_device(config)}
+        self.weight = nn.Parameter(torch.ones(hidden_size, **kw))
+        self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(hidden, (hidden.shape[-1],), self.weight, self.eps)
+
+    def sharded_state_dict(
+        self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
+    ) -> dict:
+        return mc.make_sharded_tensors_for_checkpoint(
+            {"weight": self.weight}, prefix, {}, sharded_offsets,
+            tp_group=mc.parallel_state.get_tensor_model_parallel_group(), dp_cp_group=dp_group(metadata),
+        )
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, eps={self.eps}"

@@ -11,14 +11,14 @@ Transformer Engine backend (performance issue) plugs in here with the same parti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleDims
 from megatron_scale.model.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
-from megatron_scale.model.norm import SplitRMSNorm
+from megatron_scale.model.norm import RMSNorm, SplitRMSNorm
 from megatron_scale.model.partition import BlockSplit
 
 
@@ -112,3 +112,13 @@ def get_scale_block_spec(
         layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)],
         layer_norm=partial(backend.norm, base_hidden=dims.hidden),
     )
+
+
+def llama_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | None = None) -> mc.TransformerBlockSubmodules:
+    """The plain (non-SCALE) Llama block for this pipeline stage: megatron-core's local layer
+    spec with its norms swapped for `RMSNorm`, which computes the same and also supports
+    sequence parallelism. Checkpoint keys are the local spec's."""
+    layer = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer = replace(layer, submodules=replace(layer.submodules, input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
+    count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
+    return mc.TransformerBlockSubmodules(layer_specs=[layer] * count, layer_norm=RMSNorm)
