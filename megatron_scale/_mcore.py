@@ -59,7 +59,11 @@ from megatron.core.models.common.embeddings.language_model_embedding import (
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.process_groups_config import ProcessGroupCollection
-from megatron.core.tensor_parallel.layers import VocabParallelEmbedding
+from megatron.core.tensor_parallel.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
 from megatron.core.tensor_parallel.mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -73,7 +77,7 @@ from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubm
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
-from megatron.core.transformer.mlp import MLP, MLPSubmodules
+from megatron.core.transformer.mlp import MLP, MLPSubmodules, apply_swiglu_sharded_factory
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
@@ -105,6 +109,7 @@ __all__ = [
     "OptimizerParamScheduler",
     "MLP",
     "AttnMaskType",
+    "ColumnParallelLinear",
     "DistributedDataParallel",
     "DistributedDataParallelConfig",
     "DotProductAttention",
@@ -115,6 +120,7 @@ __all__ = [
     "OptimizerConfig",
     "ModuleSpec",
     "ProcessGroupCollection",
+    "RowParallelLinear",
     "SelfAttention",
     "SelfAttentionSubmodules",
     "ShardedStateDict",
@@ -129,6 +135,7 @@ __all__ = [
     "VocabUtility",
     "apply_factories",
     "apply_factory_merges",
+    "apply_swiglu_sharded_factory",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
     "finalize_model_grads",

@@ -5,6 +5,8 @@ checkpoint's common state:
     scale.frozen_digest   digest of the frozen tensors (model/digest.py), verified at every load
     scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
                           of another geometry stops with a message naming the first differing field
+    scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
+                          or the presence of adapters, differ from the model's
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
 the model's sharded state dict, since the optimizer's entries are built from it.
 Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
@@ -43,6 +45,34 @@ def _dims_record(model: nn.Module) -> dict[str, Any] | None:
     return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
 
 
+def _lora_record(model: nn.Module) -> dict[str, Any] | None:
+    settings = getattr(model, "lora_settings", None)
+    return None if settings is None else settings.record()
+
+
+def _check_lora(model: nn.Module, record: dict[str, Any], directory: str | os.PathLike) -> None:
+    mine, theirs = _lora_record(model), record.get("lora")
+    if (mine is None) != (theirs is None):
+        kind = {True: "no LoRA adapters", False: "LoRA adapters"}
+        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model has {kind[mine is None]}")
+    for field, value in (mine or {}).items():
+        if theirs.get(field) != value:  # type: ignore[union-attr]
+            raise CheckpointError(
+                f"{directory}: LoRA settings differ at '{field}': checkpoint {theirs.get(field)!r}, "  # type: ignore[union-attr]
+                f"model {value!r} (--lora-{field})"
+            )
+
+
+def check_lora_record(model: nn.Module, directory: str | os.PathLike) -> None:
+    """Refuse a megatron-scale checkpoint whose LoRA rank/alpha (or their absence) differ from
+    `model`'s. Checkpoints without a megatron-scale record are not checked."""
+    try:
+        record = read_scale_record(directory)
+    except CheckpointError:
+        return
+    _check_lora(model, record, directory)
+
+
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
@@ -66,6 +96,8 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     state = model.sharded_state_dict()  # type: ignore[operator]
     more = extra(state) if extra else {}
     state["scale"] = {"frozen_digest": frozen_base_digest(model), "dims": _dims_record(model)}
+    if _lora_record(model) is not None:
+        state["scale"]["lora"] = _lora_record(model)
     state.update(more)
     mc.dist_checkpointing.save(
         state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
@@ -113,6 +145,7 @@ def load_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
                 f"{directory}: SCALE geometry differs at '{field}': checkpoint "
                 f"{theirs.get(field)!r}, model {value!r}"  # type: ignore[union-attr]
             )
+    _check_lora(model, record, directory)
     sharded = model.sharded_state_dict()  # type: ignore[operator]
     model_keys = set(sharded)
     sharded.update(extra(sharded) if extra else {})

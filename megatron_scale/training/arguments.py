@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from megatron_scale.config import ScaleConfig
 
-METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro")
+METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--freeze-layers", type=int, default=3, help="freeze: bottom layers frozen (+ input embedding)")
     g.add_argument("--llama-pro-blocks", type=int, default=None,
                    help="llama-pro: blocks inserted (default num-layers/4); --num-layers stays the base's")
+    g.add_argument("--lora-rank", type=int, default=8, help="lora: rank r of every adapter")
+    g.add_argument("--lora-alpha", type=float, default=16.0, help="lora: the update is scaled by alpha / r")
+    g.add_argument("--lora-dropout", type=float, default=0.0, help="lora: dropout on the adapters' input")
 
     g = p.add_argument_group("SCALE (--scale-*)")
     g.add_argument("--scale-hidden-up", type=int, default=None, help="d' (default d/4)")
@@ -187,6 +190,15 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
         raise ValueError("--save-interval needs --save")
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:
         raise ValueError(f"--freeze-layers {args.freeze_layers} must lie in 0..--num-layers {args.num_layers}")
+    if args.method == "lora":
+        if args.lora_rank < 1:
+            raise ValueError(f"--lora-rank {args.lora_rank} must be >= 1")
+        if not args.lora_alpha > 0:
+            raise ValueError(f"--lora-alpha {args.lora_alpha} must be > 0")
+        if not 0.0 <= args.lora_dropout < 1.0:
+            raise ValueError(f"--lora-dropout {args.lora_dropout} must lie in [0, 1)")
+        if args.sequence_parallel:
+            raise ValueError("--sequence-parallel is not supported with --method lora")
     if args.method.startswith("scale-"):
         from megatron_scale.training.model import base_transformer_config
 

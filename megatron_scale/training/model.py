@@ -6,8 +6,11 @@
                                                   --freeze-layers layers frozen
     llama-pro                                     GPTModel with inserted identity blocks
                                                   (upscale/depth.py); only those train
+    lora                                          GPTModel with LoRA (model/lora.py) on the four
+                                                  linears of every layer; only the adapters train
 A base checkpoint (any megatron-core GPT dist checkpoint, including a `full` run's) is read as
-global tensors and, for SCALE, upscaled on load; a SCALE checkpoint loads as it is.
+global tensors and, for SCALE, upscaled on load; a SCALE checkpoint loads as it is. A LoRA model
+takes a base checkpoint (its adapters start fresh) or a LoRA one (adapters included).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import is_scale_checkpoint, load_checkpoint
+from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, load_checkpoint
 from megatron_scale.model.builder import build_scale_gpt
+from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.training.arguments import llama_pro_blocks, scale_config
 from megatron_scale.upscale import upscale_state_dict
@@ -61,16 +65,22 @@ def build_model(args: argparse.Namespace) -> Any:
     tied = not args.untie_embeddings_and_output_weights
     if args.method.startswith("scale-"):
         return build_scale_gpt(cfg, scale_config(args), tied_embeddings=tied, **kwargs)
-    model = mc.GPTModel(
-        cfg, mc.get_gpt_layer_local_spec(normalization="RMSNorm"),
-        share_embeddings_and_output_weights=tied, **kwargs,
-    )
+    spec = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
+    if args.method == "lora":
+        spec = lora_layer_spec(spec, lora_settings(args), gated=cfg.gated_linear_unit)
+    model = mc.GPTModel(cfg, spec, share_embeddings_and_output_weights=tied, **kwargs)
+    if args.method == "lora":
+        init_lora_model(model, lora_settings(args))
     if args.method == "freeze":
         freeze_bottom(model, args.freeze_layers)
     if args.method == "llama-pro":
         train_only_layers(model, set(new_block_indices(args.num_layers, llama_pro_blocks(args))))
     model.base_layers = args.num_layers
     return model
+
+
+def lora_settings(args: argparse.Namespace) -> LoraSettings:
+    return LoraSettings(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout, seed=args.seed)
 
 
 def freeze_bottom(model: Any, layers: int) -> None:
@@ -116,7 +126,13 @@ def load_initial_weights(model: Any, directory: str) -> str:
         load_checkpoint(model, directory)
         return "scale"
     base = read_base_state(directory)
+    lora = getattr(model, "lora_settings", None)
+    if lora is None and any(is_lora_key(k) for k in base):
+        raise ValueError(f"--load {directory}: holds LoRA adapters; load it with --method lora "
+                         "(merging them into the base weights is not supported)")
     try:
+        if lora is not None:
+            return _load_lora_initial(model, directory, base)
         if model.config.num_layers != getattr(model, "base_layers", model.config.num_layers):
             extra_layers = model.config.num_layers - model.base_layers
             load_global_state_dict(model, expand_depth(base, model.base_layers, extra_layers))
@@ -128,3 +144,17 @@ def load_initial_weights(model: Any, directory: str) -> str:
         return "base"
     except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
         raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+
+
+def _load_lora_initial(model: Any, directory: str, state: dict[str, torch.Tensor]) -> str:
+    """A base checkpoint (the adapters keep their fresh A and zero B), or a LoRA one whose every
+    adapter loads too, if its rank and alpha are this run's."""
+    if not any(is_lora_key(k) for k in state):
+        missing = load_global_state_dict(model, state, strict=False)
+        lacking = [k for k in missing if not is_lora_key(k)]
+        if lacking:
+            raise KeyError(f"state dict lacks {len(lacking)} key(s), first: {lacking[:5]}")
+        return "base+lora"
+    check_lora_record(model, directory)
+    load_global_state_dict(model, state)
+    return "lora"

@@ -9,7 +9,10 @@ A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations
 - after training, the Preserve model's preservation-head logits equal the base model's bitwise;
 - a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
 - each method trains exactly the parameters its formula counts; LLaMA-Pro's expanded model
-  computes the base function bitwise.
+  computes the base function bitwise;
+- LoRA loaded from the base computes the base's logits bitwise at TP=1 and TP=2 with the same
+  adapters at both; it trains at TP=2 as at TP=1 (1e-5), resumes from its checkpoint exactly, and
+  its TP=2 checkpoint loads at TP=1; checkpoints with other LoRA settings are refused by name.
 """
 
 from __future__ import annotations
@@ -189,6 +192,10 @@ def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
                           ("scale-adapt", ()), ("scale-route", ()), ("llama-pro", ("--llama-pro-blocks", "2"))):
         model = build_model(_method_args(method, 1, *extra))
         out[method] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    for rank in (8, 2):  # 8: the default
+        model = build_model(_method_args("lora", 1, *(() if rank == 8 else ("--lora-rank", str(rank)))))
+        out[f"lora-r{rank}"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    out["lora_trained_names"] = sorted({n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad})
     # LLaMA-Pro's expanded model computes the base function exactly.
     state = _tiny.base_state_dict(tied=True)
     base = _tiny.build_base(_tiny.base_config(1), True, state).eval()
@@ -217,11 +224,15 @@ def test_each_method_trains_what_its_formula_counts() -> None:
                     + 2 * fu * (d + du) + du * (f + fu) + 2 * du)          # fc1, fc2, norm gains
     preserve = V * du + V * du + L * per_layer_up + du                     # E_up, W_out_up, final gain
     adapt = preserve + (L // 2) * ((h + 2 * g) * k * du + d * hu * k)      # W12: qkv, proj, upper half
+    def lora(r: int) -> int:  # A [r, in] and B [out, r] of qkv, proj, fc1, fc2 in every layer
+        return L * r * ((d + (h + 2 * g) * k) + (h * k + d) + (d + 2 * f) + (f + d))
+
     got = run_ranks(_trainable_counts, 1)[0]
     assert got.pop("llama_pro_bitwise")
     assert got.pop("llama_pro_trainable_layers") == [2, 5]   # after each half of the 4 base layers
+    assert got.pop("lora_trained_names") == ["lora_a", "lora_b"]
     assert got == {"full": full, "freeze": freeze, "scale-preserve": preserve, "scale-adapt": adapt,
-                   "scale-route": preserve, "llama-pro": 2 * layer}
+                   "scale-route": preserve, "llama-pro": 2 * layer, "lora-r8": lora(8), "lora-r2": lora(2)}
 
 
 def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict) -> None:
@@ -262,3 +273,117 @@ def test_pipeline_stage_with_nothing_trainable(work: dict) -> None:
     got = losses(train(2, work["root"] / "freeze_pp2.jsonl", "--method", "freeze", "--freeze-layers", "2",
                        "--pipeline-model-parallel-size", "2", "--train-iters", "3", *_cont(work), timeout=120))
     assert sorted(got) == [1, 2, 3]
+
+
+LORA_ITERS = 6
+
+
+@pytest.fixture(scope="module")
+def lora_runs(work: dict) -> dict[str, Any]:
+    """--method lora from the base at TP=1 and at TP=2; the TP=2 run saves at iterations 3 and 6."""
+    save = work["root"] / "lora"
+    common = ("--method", "lora", "--train-iters", str(LORA_ITERS), *_cont(work))
+    tp1 = losses(train(1, work["root"] / "lora_tp1.jsonl", *common))
+    tp2 = losses(train(2, work["root"] / "lora_tp2.jsonl", *common, "--tensor-model-parallel-size", "2",
+                       "--save", str(save), "--save-interval", "3"))
+    return {"tp1": tp1, "tp2": tp2, "save": save, "ckpt": str(save / f"iter_{LORA_ITERS:07d}")}
+
+
+def test_lora_tp2_matches_tp1_and_learns(lora_runs: dict) -> None:
+    tp1, tp2 = lora_runs["tp1"], lora_runs["tp2"]
+    assert sorted(tp1) == sorted(tp2) == list(range(1, LORA_ITERS + 1))
+    for it in tp1:
+        assert tp2[it] == pytest.approx(tp1[it], abs=1e-5), it
+    assert tp2[LORA_ITERS] < tp2[1] - 0.05
+
+
+def test_lora_resumes_exactly(work: dict, lora_runs: dict) -> None:
+    """Megatron's marker names the checkpoint a run resumes from: pointed back at iteration 3, the
+    run restores adapters, optimizer, scheduler and RNG there and reproduces iterations 4-6."""
+    marker = lora_runs["save"] / "latest_checkpointed_iteration.txt"
+    marker.write_text("3\n")
+    try:
+        resumed = losses(train(2, work["root"] / "lora_resumed.jsonl", "--method", "lora", "--train-iters",
+                               str(LORA_ITERS), "--data-path", work["ko"], "--tensor-model-parallel-size", "2",
+                               "--load", str(lora_runs["save"])))
+    finally:
+        marker.write_text(f"{LORA_ITERS}\n")
+    assert sorted(resumed) == list(range(4, LORA_ITERS + 1))
+    for it, value in resumed.items():
+        assert value == lora_runs["tp2"][it], it
+
+
+def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[str, Any]:
+    from megatron_scale import _mcore as mc
+    from megatron_scale.checkpoint import CheckpointError
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.model.lora import is_lora_key
+    from megatron_scale.model.state import global_state_dict, sharded_tensors
+    from megatron_scale.training.model import build_model, load_initial_weights
+    from tests import _tiny
+
+    b = _tiny.batch(seed=7)
+
+    def logits(model: Any) -> torch.Tensor:  # the whole vocabulary at any TP
+        with torch.no_grad():
+            z = model(b["input_ids"], b["position_ids"], b["attention_mask"])
+            return mc.gather_from_tensor_model_parallel_region(z) if z.shape[-1] < _tiny.VOCAB else z
+
+    def refused(fn: Any) -> str:
+        try:
+            fn()
+        except (CheckpointError, ValueError) as e:
+            return str(e)
+        return ""
+
+    init_distributed(1, 1, device="cpu")  # TP=1 (x DP=2), then TP=2
+    out: dict[Any, Any] = {}
+    for tp in (1, 2):
+        if tp == 2:
+            mc.parallel_state.destroy_model_parallel()
+            mc.parallel_state.initialize_model_parallel(2)
+            mc.model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True)
+        base = build_model(_method_args("full", tp)).eval()
+        load_initial_weights(base, base_ckpt)
+        fresh = build_model(_method_args("lora", tp)).eval()
+        r: dict[str, Any] = {"kind_base": load_initial_weights(fresh, base_ckpt)}
+        r["bitwise"] = torch.equal(logits(fresh), logits(base))
+        keys = {st.key for _, st in sharded_tensors(fresh)}
+        r["base_keys_kept"] = {k for k in keys if not is_lora_key(k)} == {st.key for _, st in sharded_tensors(base)}
+        r["lora_keys"] = sorted(k for k in keys if is_lora_key(k))
+        r["fresh"] = {k: v for k, v in global_state_dict(fresh).items() if is_lora_key(k)}
+        trained = build_model(_method_args("lora", tp)).eval()
+        r["kind_lora"] = load_initial_weights(trained, lora_ckpt)  # saved at TP=2
+        r["trained"] = global_state_dict(trained)
+        r["trained_logits"] = logits(trained)
+        r["moved"] = float((r["trained_logits"] - logits(base)).abs().max())
+        out[tp] = r
+    out["into_full"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2)), lora_ckpt))
+    out["alpha"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-alpha", "32")), lora_ckpt))
+    out["rank"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-rank", "4")), lora_ckpt))
+    dropped = build_model(_method_args("lora", 2, "--lora-dropout", "0.5"))
+    load_initial_weights(dropped, lora_ckpt)
+    out["dropout_eval_same"] = torch.equal(logits(dropped.eval()), out[2]["trained_logits"])
+    out["dropout_train_differs"] = not torch.equal(logits(dropped.train()), out[2]["trained_logits"])
+    return out
+
+
+def test_lora_starts_at_the_base_and_its_checkpoints_reshard(work: dict, lora_runs: dict) -> None:
+    for r in run_ranks(_lora_checks, 2, work["base_ckpt"], lora_runs["ckpt"]):
+        for tp in (1, 2):
+            assert r[tp]["kind_base"] == "base+lora" and r[tp]["kind_lora"] == "lora", tp
+            assert r[tp]["bitwise"], tp                   # B = 0: the base function, bitwise
+            assert r[tp]["base_keys_kept"], tp            # base checkpoint keys unchanged
+            assert len(r[tp]["lora_keys"]) == 8, r[tp]["lora_keys"]   # A, B of 4 linears, layers stacked
+            assert r[tp]["moved"] > 1e-4, tp
+        fresh = r[1]["fresh"]
+        assert all(not v.any() for k, v in fresh.items() if k.endswith("lora_b"))
+        assert all(v.abs().min() > 0 for k, v in fresh.items() if k.endswith("lora_a"))
+        for key in ("fresh", "trained"):                  # the same global tensors at TP=1 and TP=2
+            one, two = r[1][key], r[2][key]
+            assert sorted(one) == sorted(two) and all(torch.equal(one[k], two[k]) for k in one), key
+        assert float((r[1]["trained_logits"] - r[2]["trained_logits"]).abs().max()) < 1e-5
+        assert "holds LoRA adapters" in r["into_full"] and "--method lora" in r["into_full"], r["into_full"]
+        assert "--lora-alpha" in r["alpha"], r["alpha"]
+        assert "--lora-rank" in r["rank"], r["rank"]
+        assert r["dropout_eval_same"] and r["dropout_train_differs"]
