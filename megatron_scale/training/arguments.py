@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-query-groups", type=int, default=None, help="GQA groups (default: heads)")
     g.add_argument("--ffn-hidden-size", type=int, required=True)
     g.add_argument("--kv-channels", type=int, default=None)
-    g.add_argument("--vocab-size", type=int, required=True, help="model vocabulary (padded) size")
+    g.add_argument("--vocab-size", type=int, default=None,
+                   help="model vocabulary size (default: the tokenizer's, padded to --make-vocab-size-divisible-by x TP)")
+    g.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
+    g.add_argument("--tokenizer-type", choices=("HuggingFaceTokenizer", "SentencePieceTokenizer"), default=None)
+    g.add_argument("--tokenizer-model", default=None, help="tokenizer.json, a folder holding one, or a .model")
     g.add_argument("--max-position-embeddings", type=int, default=None)
     g.add_argument("--rotary-base", type=int, default=10000)
     g.add_argument("--norm-epsilon", type=float, default=1e-5)
@@ -156,6 +160,26 @@ def _check_prefix(flag: str, prefix: str) -> None:
         raise ValueError(f"{flag}: dataset {prefix} has no {' / '.join(prefix + s for s in missing)}")
 
 
+def resolve_vocab(args: argparse.Namespace) -> None:
+    """Set --vocab-size from the tokenizer when not given (padded as Megatron-LM pads it), and
+    refuse a tokenizer with more tokens than the model has rows."""
+    if (args.tokenizer_type is None) != (args.tokenizer_model is None):
+        raise ValueError("--tokenizer-type and --tokenizer-model go together")
+    if args.tokenizer_model is None:
+        if args.vocab_size is None:
+            raise ValueError("--vocab-size is needed when no --tokenizer-model is given")
+        return
+    from megatron_scale.data.tokenizer import TokenizerSpec
+
+    n = TokenizerSpec(args.tokenizer_type, args.tokenizer_model).load().vocab_size
+    if args.vocab_size is None:
+        multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size
+        args.vocab_size = -(-n // multiple) * multiple
+    elif n > args.vocab_size:
+        raise ValueError(f"--tokenizer-model {args.tokenizer_model} has {n} tokens but the model's --vocab-size is "
+                         f"{args.vocab_size}: token ids would index past the embedding")
+
+
 def validate(args: argparse.Namespace, world_size: int) -> None:
     """Everything checkable before a process group exists. Raises ValueError naming the flag."""
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
@@ -165,6 +189,7 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
             f"--pipeline-model-parallel-size {pp}"
         )
     dp = world_size // (tp * pp)
+    resolve_vocab(args)
     if args.global_batch_size % (args.micro_batch_size * dp):
         raise ValueError(
             f"--global-batch-size {args.global_batch_size} is not divisible by --micro-batch-size "

@@ -25,6 +25,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, load_checkpoint
 from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
+from megatron_scale.model.spec import llama_block_spec
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.training.arguments import llama_pro_blocks, scale_config
 from megatron_scale.upscale import upscale_state_dict
@@ -65,9 +66,11 @@ def build_model(args: argparse.Namespace) -> Any:
     tied = not args.untie_embeddings_and_output_weights
     if args.method.startswith("scale-"):
         return build_scale_gpt(cfg, scale_config(args), tied_embeddings=tied, **kwargs)
-    spec = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
     if args.method == "lora":
-        spec = lora_layer_spec(spec, lora_settings(args), gated=cfg.gated_linear_unit)
+        spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), lora_settings(args),
+                               gated=cfg.gated_linear_unit)
+    else:  # megatron-core's local layer, with a norm that supports sequence parallelism
+        spec = llama_block_spec(cfg)
     model = mc.GPTModel(cfg, spec, share_embeddings_and_output_weights=tied, **kwargs)
     if args.method == "lora":
         init_lora_model(model, lora_settings(args))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,22 @@ def test_weighted_blend_parses_like_megatron() -> None:
     with pytest.raises(ValueError, match="--data-path"):
         A.data_blend(["0.7", "ko", "0.3"])
     assert A.eval_sets(["en=/a/en", "ko=/b/ko"]) == {"en": "/a/en", "ko": "/b/ko"}
+
+
+def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> None:
+    from megatron_scale.data.tokenizer import train_byte_bpe
+
+    tok = train_byte_bpe(["some text to learn from, some more text"] * 20, 300, str(tmp_path / "tok"))
+    n = len(json.loads(Path(tok, "tokenizer.json").read_text())["model"]["vocab"])
+    assert 257 < n <= 300
+    flags = ("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok)
+    args = A.parse_args(_args(data, *flags))  # MODEL's --vocab-size 96 < the tokenizer's
+    with pytest.raises(ValueError, match=rf"--tokenizer-model .*tok has {n} tokens but the model's --vocab-size is 96"):
+        A.validate(args, 1)
+    model = list(MODEL)
+    del model[model.index("--vocab-size"):model.index("--vocab-size") + 2]
+    args = A.parse_args([*model, "--train-iters", "2", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
+    A.validate(args, 2)
+    assert args.vocab_size == 512  # padded to a multiple of 128 x TP, as Megatron-LM pads
+    with pytest.raises(ValueError, match="--tokenizer-type and --tokenizer-model go together"):
+        A.validate(A.parse_args(_args(data, "--tokenizer-model", tok)), 1)

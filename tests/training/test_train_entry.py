@@ -70,7 +70,9 @@ def test_tp2_and_pp2_match_tp1(work: dict, tp1_cont: dict) -> None:
     # Random init depends on the layout (each pipeline stage seeds its own layers), so every
     # layout continues from the same checkpoint.
     cont, base = _cont(work), tp1_cont
-    for name, extra in (("tp2", ("--tensor-model-parallel-size", "2")), ("pp2", ("--pipeline-model-parallel-size", "2"))):
+    # TP=2 with sequence parallelism: the plain model's norms run on sequence shards
+    for name, extra in (("tp2", ("--tensor-model-parallel-size", "2", "--sequence-parallel")),
+                        ("pp2", ("--pipeline-model-parallel-size", "2"))):
         got = _full(work, name, 2, *cont, *extra)
         assert sorted(got) == sorted(base), name
         for it in base:
@@ -97,7 +99,8 @@ PRESERVE_ITERS = 20  # the kill must land between the iteration-5 checkpoint and
 
 def _preserve_args(work: dict, save: Path) -> list[str]:
     return ["--method", "scale-preserve", "--train-iters", str(PRESERVE_ITERS), "--data-path", work["ko"],
-            "--tensor-model-parallel-size", "2", "--load", work["base_ckpt"], "--save", str(save), "--save-interval", "5"]
+            "--tensor-model-parallel-size", "2", "--sequence-parallel", "--load", work["base_ckpt"], "--save", str(save),
+            "--save-interval", "5"]
 
 
 @pytest.fixture(scope="module")
