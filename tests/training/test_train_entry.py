@@ -364,6 +364,8 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
     out["into_full"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2)), lora_ckpt))
     out["alpha"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-alpha", "32")), lora_ckpt))
     out["rank"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-rank", "4")), lora_ckpt))
+    # a base checkpoint of another shape: one error naming --load and the offending key
+    out["other_shape"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2, "--ffn-hidden-size", "64")), base_ckpt))
     dropped = build_model(_method_args("lora", 2, "--lora-dropout", "0.5"))
     load_initial_weights(dropped, lora_ckpt)
     out["dropout_eval_same"] = torch.equal(logits(dropped.eval()), out[2]["trained_logits"])
@@ -390,3 +392,5 @@ def test_lora_starts_at_the_base_and_its_checkpoints_reshard(work: dict, lora_ru
         assert "--lora-alpha" in r["alpha"], r["alpha"]
         assert "--lora-rank" in r["rank"], r["rank"]
         assert r["dropout_eval_same"] and r["dropout_train_differs"]
+        msg = r["other_shape"]
+        assert msg.startswith(f"--load {work['base_ckpt']}: not a checkpoint of this base model") and "linear_fc" in msg, msg
