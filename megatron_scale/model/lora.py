@@ -61,11 +61,11 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if self.rank < 1:
-            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+            raise ValueError(f"LoraSettings.rank (--lora-rank) {self.rank} must be >= 1")
         if not self.alpha > 0:
-            raise ValueError(f"LoRA alpha must be > 0, got {self.alpha}")
+            raise ValueError(f"LoraSettings.alpha (--lora-alpha) {self.alpha} must be > 0")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"LoRA dropout must lie in [0, 1), got {self.dropout}")
+            raise ValueError(f"LoraSettings.dropout (--lora-dropout) {self.dropout} must lie in [0, 1)")
 
     @property
     def scaling(self) -> float:

@@ -216,12 +216,9 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:
         raise ValueError(f"--freeze-layers {args.freeze_layers} must lie in 0..--num-layers {args.num_layers}")
     if args.method == "lora":
-        if args.lora_rank < 1:
-            raise ValueError(f"--lora-rank {args.lora_rank} must be >= 1")
-        if not args.lora_alpha > 0:
-            raise ValueError(f"--lora-alpha {args.lora_alpha} must be > 0")
-        if not 0.0 <= args.lora_dropout < 1.0:
-            raise ValueError(f"--lora-dropout {args.lora_dropout} must lie in [0, 1)")
+        from megatron_scale.model.lora import LoraSettings
+
+        LoraSettings(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout)  # raises naming the flag
         if args.sequence_parallel:
             raise ValueError("--sequence-parallel is not supported with --method lora")
     if args.method.startswith("scale-"):
