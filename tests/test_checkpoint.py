@@ -109,6 +109,7 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
 
     res["existing_target"] = refused(lambda: save_checkpoint(back, root / "tp1"))
     res["other_geometry"] = refused(lambda: load_checkpoint(_build(2, hidden_up=32), root / "tp1"))
+    dist.barrier()  # every rank has finished reading tp1 before rank 0 tampers with its files
     if rank == 0:
         (root / "legacy").mkdir()
         (root / "legacy" / "common.pt").write_bytes(b"not a pickle")
