@@ -13,13 +13,10 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from megatron_scale.cli import add_scale_arguments, scale_config_from_args
 from megatron_scale.config import ScaleConfig
 
 METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace(",", " ").split())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,18 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lora-alpha", type=float, default=16.0, help="lora: the update is scaled by alpha / r")
     g.add_argument("--lora-dropout", type=float, default=0.0, help="lora: dropout on the adapters' input")
 
-    g = p.add_argument_group("SCALE (--scale-*)")
-    g.add_argument("--scale-hidden-up", type=int, default=None, help="d' (default d/4)")
-    g.add_argument("--scale-heads-up", type=int, default=None, help="h' (default h/4)")
-    g.add_argument("--scale-groups-up", type=int, default=None, help="g' (default keeps the GQA ratio)")
-    g.add_argument("--scale-ffn-up", type=int, default=None, help="f' (default f/4)")
-    g.add_argument("--scale-init", choices=("svd", "normal", "zero"), default="svd")
-    g.add_argument("--scale-init-std", type=float, default=0.02)
-    g.add_argument("--scale-adapt-layers", type=_int_list, default=None, help="0-based, e.g. '8 9 10'")
-    g.add_argument("--scale-adapt-modules", type=lambda s: tuple(s.replace(",", " ").split()), default=("qkv", "proj"))
-    g.add_argument("--scale-route-adapt", action="store_true")
-    g.add_argument("--scale-router-tau", type=float, default=0.5)
-    g.add_argument("--scale-seed", type=int, default=1234)
+    add_scale_arguments(p.add_argument_group("SCALE (--scale-*)"))
 
     g = p.add_argument_group("parallelism")
     g.add_argument("--tensor-model-parallel-size", type=int, default=1)
@@ -118,13 +104,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def scale_config(args: argparse.Namespace) -> ScaleConfig:
-    return ScaleConfig(
-        hidden_up=args.scale_hidden_up, heads_up=args.scale_heads_up, groups_up=args.scale_groups_up,
-        ffn_up=args.scale_ffn_up, variant=args.method.removeprefix("scale-"), init=args.scale_init,
-        init_std=args.scale_init_std, adapt_layers=args.scale_adapt_layers,
-        adapt_modules=args.scale_adapt_modules, route_adapt=args.scale_route_adapt,
-        router_tau=args.scale_router_tau, seed=args.scale_seed,
-    )
+    return scale_config_from_args(args, args.method.removeprefix("scale-"))
 
 
 def llama_pro_blocks(args: argparse.Namespace) -> int:
