@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                                    append_eod=True), workers=w, progress=False)
                     o = s.outputs["text"]
                     rows.append((name, "sentences" if split else "documents", w, o.documents, o.tokens, s.seconds))
-    print(f"| corpus | unit | workers | documents | tokens | seconds | documents/s | tokens/s |")
+    print("| corpus | unit | workers | documents | tokens | seconds | documents/s | tokens/s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, unit, w, docs, toks, sec in rows:
         print(f"| {name} | {unit} | {w} | {docs:,} | {toks:,} | {sec:.2f} | {docs / sec:,.0f} | {toks / sec:,.0f} |")

@@ -1,0 +1,1 @@
+"""Hugging Face modeling code for exported SCALE models (copied into each exported folder)."""

@@ -1,0 +1,48 @@
+"""Configuration of a SCALE-upscaled Llama exported by megatron-scale.
+
+The standard Llama fields describe the base model (hidden_size d, num_attention_heads h,
+num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields the expansion:
+
+    scale_hidden_up      d'   extra residual dims (split RMSNorm: base and new dims apart)
+    scale_heads_up       h'   extra query heads, appended after the base heads
+    scale_groups_up      g'   extra KV groups, appended after the base groups (h'/g' = h/g)
+    scale_ffn_up         f'   extra SwiGLU units (gate and up), appended after the base units
+    scale_variant        preserve | adapt | route
+    scale_w12            [[layer, module], ...] where W12 exists (module: qkv, proj, fc1, fc2)
+    scale_router_tau     route: emit the preservation head where cos(z_p, z_a) >= tau
+    scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
+    scale_tied_output    the preservation head W_out is the input embedding E
+
+Only torch and transformers are imported: this file is copied into the exported folder.
+"""
+
+from transformers import LlamaConfig
+
+
+class ScaleLlamaConfig(LlamaConfig):
+    model_type = "scale_llama"
+
+    def __init__(
+        self,
+        scale_hidden_up: int = 0,
+        scale_heads_up: int = 0,
+        scale_groups_up: int = 0,
+        scale_ffn_up: int = 0,
+        scale_variant: str = "preserve",
+        scale_w12: list | None = None,
+        scale_router_tau: float = 0.5,
+        scale_output_head: str = "auto",
+        scale_tied_output: bool = False,
+        **kwargs,
+    ) -> None:
+        self.scale_hidden_up = scale_hidden_up
+        self.scale_heads_up = scale_heads_up
+        self.scale_groups_up = scale_groups_up
+        self.scale_ffn_up = scale_ffn_up
+        self.scale_variant = scale_variant
+        self.scale_w12 = [list(x) for x in (scale_w12 or [])]
+        self.scale_router_tau = scale_router_tau
+        self.scale_output_head = scale_output_head
+        self.scale_tied_output = scale_tied_output
+        kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied
+        super().__init__(**kwargs)

@@ -1,0 +1,290 @@
+"""A SCALE-upscaled Llama for transformers (exported by megatron-scale; imports torch and
+transformers only, and is copied into the exported folder).
+
+Every linear y = W x of the base is upscaled:
+
+    [ y    ]   [ W    W12 ] [ x    ]      W    frozen base block
+    [ y_up ] = [ W21  W22 ] [ x_up ]      W12  present only where Adapt collaborates (else 0)
+
+- the residual stream is [x (d) ; x_up (d')]; every RMSNorm is split: the d base dims and the d'
+  new dims are normalised apart, with gains `weight` and `weight_up`;
+- attention: the h' new query heads and g' new KV groups come after the base heads and groups,
+  so with the common ratio r = h/g = h'/g' query head j reads KV group j // r: base heads read
+  base K/V, new heads new K/V; RoPE is the same for all heads;
+- SwiGLU: gate and up have f' new units after the base f; down reads [f ; f'];
+- output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head);
+  the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a.
+With W12 = 0 the first d dims of every layer and z_p are exactly the base Llama's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_scale_llama import ScaleLlamaConfig
+
+HEADS = ("auto", "adapt", "preserve", "route")
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+class ScaleRMSNorm(nn.Module):
+    """Split RMSNorm over [.., d + d']: weight [d], weight_up [d']."""
+
+    def __init__(self, base: int, up: int, eps: float) -> None:
+        super().__init__()
+        self.base, self.eps = base, eps
+        self.weight = nn.Parameter(torch.ones(base))
+        self.weight_up = nn.Parameter(torch.ones(up))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.base
+        return torch.cat((_rms(x[..., :d], self.weight, self.eps), _rms(x[..., d:], self.weight_up, self.eps)), -1)
+
+
+class ScaleLinear(nn.Module):
+    """[W W12; W21 W22] on [x; x_up]; returns (y, y_up). weight [m, n], weight_12 [m, n'] or
+    None, weight_21 [m', n], weight_22 [m', n']."""
+
+    def __init__(self, n: int, n_up: int, m: int, m_up: int, w12: bool) -> None:
+        super().__init__()
+        self.n = n
+        self.weight = nn.Parameter(torch.empty(m, n))
+        self.weight_12 = nn.Parameter(torch.empty(m, n_up)) if w12 else None
+        self.weight_21 = nn.Parameter(torch.empty(m_up, n))
+        self.weight_22 = nn.Parameter(torch.empty(m_up, n_up))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x_b, x_u = x[..., : self.n], x[..., self.n :]
+        y = F.linear(x_b, self.weight)
+        if self.weight_12 is not None:
+            y = y + F.linear(x_u, self.weight_12)
+        return y, F.linear(x_b, self.weight_21) + F.linear(x_u, self.weight_22)
+
+
+def rope_inv_freq(config: ScaleLlamaConfig, device: torch.device | None = None) -> torch.Tensor:
+    """RoPE inverse frequencies: theta^(-2i/k), with Llama 3.x scaling when configured."""
+    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+    theta = float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    k = config.head_dim
+    inv = 1.0 / (theta ** (torch.arange(0, k, 2, dtype=torch.int64, device=device).float() / k))
+    if params.get("rope_type", params.get("type", "default")) != "llama3":
+        return inv
+    factor, low, high = float(params["factor"]), float(params["low_freq_factor"]), float(params["high_freq_factor"])
+    context = float(params["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv
+    # long waves (beyond the original context / low) slow down by `factor`; short waves (below
+    # context / high) stay; in between, a linear blend in context / wavelength
+    blend = (context / wavelen - low) / (high - low)
+    mid = (1 - blend) * inv / factor + blend * inv
+    out = torch.where(wavelen > context / low, inv / factor, inv)
+    return torch.where((wavelen >= context / high) & (wavelen <= context / low), mid, out)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class ScaleAttention(nn.Module):
+    def __init__(self, config: ScaleLlamaConfig, layer: int) -> None:
+        super().__init__()
+        c = config
+        d, du, k = c.hidden_size, c.scale_hidden_up, c.head_dim
+        self.layer = layer
+        self.heads, self.heads_up = c.num_attention_heads, c.scale_heads_up
+        self.groups, self.groups_up = c.num_key_value_heads, c.scale_groups_up
+        self.k = k
+        w12 = [layer, "qkv"] in c.scale_w12
+        self.q_proj = ScaleLinear(d, du, self.heads * k, self.heads_up * k, w12)
+        self.k_proj = ScaleLinear(d, du, self.groups * k, self.groups_up * k, w12)
+        self.v_proj = ScaleLinear(d, du, self.groups * k, self.groups_up * k, w12)
+        self.o_proj = ScaleLinear(self.heads * k, self.heads_up * k, d, du, [layer, "proj"] in c.scale_w12)
+
+    def _heads(self, parts: tuple[torch.Tensor, torch.Tensor], count: int, count_up: int) -> torch.Tensor:
+        b, s = parts[0].shape[:2]
+        both = torch.cat((parts[0].view(b, s, count, self.k), parts[1].view(b, s, count_up, self.k)), dim=2)
+        return both.transpose(1, 2)  # [b, heads, s, k]
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                cache: Cache | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = _rotate(self._heads(self.q_proj(x), self.heads, self.heads_up), cos, sin)
+        key = _rotate(self._heads(self.k_proj(x), self.groups, self.groups_up), cos, sin)
+        value = self._heads(self.v_proj(x), self.groups, self.groups_up)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer)
+        ratio = self.heads // self.groups
+        key, value = key.repeat_interleave(ratio, dim=1), value.repeat_interleave(ratio, dim=1)
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask)
+        y, y_up = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        return torch.cat((y, y_up), dim=-1)
+
+
+class ScaleMLP(nn.Module):
+    def __init__(self, config: ScaleLlamaConfig, layer: int) -> None:
+        super().__init__()
+        c = config
+        d, du, f, fu = c.hidden_size, c.scale_hidden_up, c.intermediate_size, c.scale_ffn_up
+        fc1_w12 = [layer, "fc1"] in c.scale_w12
+        self.gate_proj = ScaleLinear(d, du, f, fu, fc1_w12)
+        self.up_proj = ScaleLinear(d, du, f, fu, fc1_w12)
+        self.down_proj = ScaleLinear(f, fu, d, du, [layer, "fc2"] in c.scale_w12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.silu(torch.cat(self.gate_proj(x), dim=-1)) * torch.cat(self.up_proj(x), dim=-1)
+        return torch.cat(self.down_proj(hidden), dim=-1)
+
+
+class ScaleDecoderLayer(nn.Module):
+    def __init__(self, config: ScaleLlamaConfig, layer: int) -> None:
+        super().__init__()
+        d, du, eps = config.hidden_size, config.scale_hidden_up, config.rms_norm_eps
+        self.input_layernorm = ScaleRMSNorm(d, du, eps)
+        self.self_attn = ScaleAttention(config, layer)
+        self.post_attention_layernorm = ScaleRMSNorm(d, du, eps)
+        self.mlp = ScaleMLP(config, layer)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                cache: Cache | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class ScaleEmbedding(nn.Module):
+    """[E | E_up] lookup: weight [V, d], weight_up [V, d']."""
+
+    def __init__(self, vocab: int, d: int, du: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, d))
+        self.weight_up = nn.Parameter(torch.empty(vocab, du))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.cat((F.embedding(ids, self.weight), F.embedding(ids, self.weight_up)), dim=-1)
+
+
+class ScaleOutputLayer(nn.Module):
+    """z_p = W_out x, z_a = z_p + W_out_up x_up; weight [V, d] (absent when tied to E),
+    weight_up [V, d']."""
+
+    def __init__(self, vocab: int, d: int, du: int, tied: bool) -> None:
+        super().__init__()
+        self.d = d
+        self.weight = None if tied else nn.Parameter(torch.empty(vocab, d))
+        self.weight_up = nn.Parameter(torch.empty(vocab, du))
+
+    def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+        z_p = F.linear(x[..., : self.d], base_weight)
+        if head == "preserve":
+            return z_p, None
+        z_a = z_p + F.linear(x[..., self.d :], self.weight_up)
+        if head == "adapt":
+            return z_a, None
+        p, a = z_p.float(), z_a.float()
+        dot, pp, aa = (p * a).sum(-1), (p * p).sum(-1), (a * a).sum(-1)
+        denom = torch.sqrt(pp * aa)
+        cos = torch.where(denom > 0, dot / denom.clamp_min(torch.finfo(denom.dtype).tiny), torch.ones_like(dot))
+        keep = cos.clamp(-1.0, 1.0) >= tau  # an all-zero head keeps z_p
+        return torch.where(keep.unsqueeze(-1), z_p, z_a), keep
+
+
+class ScaleLlamaPreTrainedModel(PreTrainedModel):
+    config_class = ScaleLlamaConfig
+    base_model_prefix = "model"
+    _no_split_modules: ClassVar[list[str]] = ["ScaleDecoderLayer"]
+    _supports_sdpa = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = getattr(self.config, "initializer_range", 0.02)
+        for name, p in module.named_parameters(recurse=False):
+            with torch.no_grad():
+                if isinstance(module, ScaleRMSNorm):
+                    p.fill_(1.0)
+                elif name == "weight_12" or (name == "weight_up" and not isinstance(module, ScaleRMSNorm)):
+                    p.zero_()  # the blocks that start at zero in SCALE
+                else:
+                    p.normal_(0.0, std)
+
+
+class ScaleLlamaModel(ScaleLlamaPreTrainedModel):
+    def __init__(self, config: ScaleLlamaConfig) -> None:
+        super().__init__(config)
+        d, du = config.hidden_size, config.scale_hidden_up
+        self.embed_tokens = ScaleEmbedding(config.vocab_size, d, du)
+        self.layers = nn.ModuleList(ScaleDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = ScaleRMSNorm(d, du, config.rms_norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed_tokens
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                position_ids: torch.Tensor | None, cache: Cache | None) -> torch.Tensor:
+        b, s = input_ids.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + s, device=input_ids.device).unsqueeze(0).expand(b, s)
+        freqs = position_ids[..., None].float() * rope_inv_freq(self.config, input_ids.device)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [b, 1, s, k]
+        x = self.embed_tokens(input_ids)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        total = past + s
+        mask = torch.arange(total, device=x.device)[None, :] <= torch.arange(past, total, device=x.device)[:, None]
+        mask = mask[None, None].expand(b, 1, s, total)
+        if attention_mask is not None:
+            mask = mask & attention_mask[:, None, None, -total:].bool()
+            mask = mask | ~mask.any(-1, keepdim=True)  # rows of padding only: attend anywhere, ignored
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, cache)
+        return self.norm(x)
+
+
+class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
+    def __init__(self, config: ScaleLlamaConfig) -> None:
+        super().__init__(config)
+        self.model = ScaleLlamaModel(config)
+        self.lm_head = ScaleOutputLayer(config.vocab_size, config.hidden_size, config.scale_hidden_up,
+                                        config.scale_tied_output)
+        self.last_route_keep: torch.Tensor | None = None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def output_head(self) -> str:
+        head = self.config.scale_output_head
+        if head not in HEADS:
+            raise ValueError(f"scale_output_head {head!r}: choose one of {HEADS}")
+        if head == "auto":
+            return "route" if self.config.scale_variant == "route" else "adapt"
+        return head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, past_key_values: Cache | None = None,
+                use_cache: bool | None = None, labels: torch.Tensor | None = None,
+                logits_to_keep: int = 0, **kwargs: object) -> CausalLMOutputWithPast:
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        x = self.model(input_ids, attention_mask, position_ids, past_key_values if use_cache else None)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        base_w = self.model.embed_tokens.weight if self.lm_head.weight is None else self.lm_head.weight
+        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), self.config.scale_router_tau)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)

@@ -1,0 +1,98 @@
+"""Run a conversion step on the ranks of a TP x PP layout.
+
+Inside a job that already has a process group (torchrun, srun, a test's spawned ranks), the step
+runs right there, on every rank, after megatron-core's parallel state is set to the layout. From a
+plain `python tools/...` call it spawns the TP x PP ranks itself on this machine (gloo on CPU,
+NCCL where there are enough GPUs) and waits for them. An error raised by a rank comes back as one
+error with that rank's message, not a wall of tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from megatron_scale import _mcore as mc
+from megatron_scale.convert.model_args import ConversionError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    from megatron_scale.distributed import destroy_distributed, init_distributed
+
+    try:
+        init_distributed(tp, pp, device="auto")
+        out.put((rank, None, fn(*args)))
+    except Exception as e:  # noqa: BLE001 (forwarded to the parent, which raises once)
+        kind = "conversion" if isinstance(e, ConversionError | KeyError | ValueError) else "internal"
+        out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
+    finally:
+        destroy_distributed()
+
+
+def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
+    world = tp * pp
+    if torch.cuda.is_available() and torch.cuda.device_count() < world:
+        raise ConversionError(
+            f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
+            f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
+        )
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    error = None
+    try:
+        for _ in procs:
+            rank, err, value = out.get(timeout=timeout)
+            if err is not None:
+                error = (rank, err)
+                break
+            results[rank] = value
+    except queue.Empty:
+        error = (-1, ("internal", f"ranks did not finish within {timeout} s", ""))
+    finally:
+        for p in procs:
+            p.join(timeout=5 if error else 120)
+            if p.is_alive():
+                p.kill()
+    if error is not None:
+        rank, (kind, message, tb) = error
+        if kind == "conversion":
+            raise ConversionError(message.split(": ", 1)[1] if ": " in message else message)
+        raise RuntimeError(f"conversion rank {rank} failed: {message}\n{tb}")
+    return [results[r] for r in range(world)]
+
+
+def on_ranks(fn: Callable[..., Any], tp: int, pp: int, *args: Any, timeout: float = 24 * 3600) -> list[Any]:
+    """fn(*args) on every rank of a TP x PP layout; returns the results (this rank's only, in a
+    one-element list, when called inside an existing process group)."""
+    if dist.is_initialized():
+        world = dist.get_world_size()
+        if world % (tp * pp):
+            raise ConversionError(
+                f"world size {world} is not a multiple of --tensor-model-parallel-size {tp} x "
+                f"--pipeline-model-parallel-size {pp}"
+            )
+        mc.parallel_state.destroy_model_parallel()
+        mc.parallel_state.initialize_model_parallel(tp, pp)
+        return [fn(*args)]
+    return _spawn(fn, tp, pp, args, timeout)

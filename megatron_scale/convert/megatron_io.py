@@ -1,0 +1,85 @@
+"""Reading a megatron-core dist checkpoint (torch_dist) tensor by tensor, without ranks.
+
+Each tensor is read as its global (layout-independent) value through torch.distributed.checkpoint
+with no process group: a checkpoint saved at any TP/PP reads the same, and only one tensor (all
+layers of one key) is in memory at a time. The common state gives the model arguments that
+conversion recorded (`model_args`) and the SCALE geometry (`scale.dims`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from megatron_scale import _mcore as mc
+from megatron_scale.convert.model_args import ConversionError, LlamaArgs
+
+MODEL_ARGS = "model_args"
+
+
+class MegatronReader:
+    """Global tensors of a torch_dist checkpoint by checkpoint key."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.dir = Path(directory)
+        if not self.dir.is_dir():
+            raise ConversionError(f"checkpoint directory {self.dir} does not exist")
+        if (self.dir / "common.pt").exists():
+            raise ConversionError(f"{self.dir}: legacy checkpoint with a pickled common.pt; refusing to unpickle it")
+        if not (self.dir / ".metadata").is_file():
+            raise ConversionError(f"{self.dir}: not a megatron-core torch_dist checkpoint (no .metadata)")
+        self.meta = mc.dist_checkpointing.load_tensors_metadata(str(self.dir))
+        self.common = mc.dist_checkpointing.load_common_state_dict(str(self.dir))
+
+    def names(self) -> list[str]:
+        return sorted(k for k in self.meta if not k.startswith("optimizer"))
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._meta(key).global_shape)
+
+    def _meta(self, key: str) -> Any:
+        if key not in self.meta:
+            raise ConversionError(f"{self.dir}: checkpoint has no tensor {key!r}")
+        return self.meta[key]
+
+    def get(self, key: str) -> torch.Tensor:
+        m = self._meta(key)
+        out = {key: torch.empty(tuple(m.global_shape), dtype=m.dtype)}
+        dcp.load(out, storage_reader=dcp.FileSystemReader(str(self.dir)), no_dist=True)
+        return out[key]
+
+    @property
+    def scale_dims(self) -> dict[str, Any] | None:
+        return (self.common.get("scale") or {}).get("dims")
+
+    def model_args(self, override: str | os.PathLike | None = None) -> LlamaArgs:
+        """The recorded model arguments, or those of `override` (--model-args FILE.json)."""
+        if override is not None:
+            path = Path(override)
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as e:
+                raise ConversionError(f"--model-args {path}: cannot read it as JSON ({e})") from e
+            return LlamaArgs.from_json(record, where=f"--model-args {path}")
+        if MODEL_ARGS not in self.common:
+            raise ConversionError(
+                f"{self.dir}: the checkpoint records no model arguments (it was not written by "
+                "convert_hf_to_megatron or upscale_checkpoint); pass --model-args FILE.json"
+            )
+        return LlamaArgs.from_json(self.common[MODEL_ARGS], where=f"{self.dir}: model_args")
+
+    def check_shapes(self, expected: dict[str, tuple[int, ...]]) -> None:
+        """Every expected key exists with its global shape."""
+        for key, shape in expected.items():
+            if key not in self.meta:
+                raise ConversionError(f"{self.dir}: checkpoint has no tensor {key!r}")
+            if self.shape(key) != tuple(shape):
+                raise ConversionError(
+                    f"{self.dir}: tensor {key!r} has shape {self.shape(key)}, the model arguments "
+                    f"imply {tuple(shape)}"
+                )

@@ -1,0 +1,135 @@
+"""SCALE checkpoint -> Hugging Face folder with its own modeling code (trust_remote_code).
+
+The base tensors keep LlamaForCausalLM's names (keymap.py); each expansion block goes next to
+its base tensor under the same module (hf_modeling/modeling_scale_llama.py):
+
+    megatron-core (checkpoint key)                    HF (per layer i)
+    linear_qkv.weight_21 / _22  [(h'+2g')k, ...]      self_attn.{q,k,v}_proj.weight_21 / _22  (split_qkv over g')
+    linear_qkv.weight_12.layer<i> [(h+2g)k, d']       self_attn.{q,k,v}_proj.weight_12        (split_qkv over g)
+    linear_proj.weight_{21,22,12...}                  self_attn.o_proj.weight_{21,22,12}
+    linear_fc1.weight_21 / _22  [2f', ...]            mlp.{gate,up}_proj.weight_21 / _22      ([gate; up])
+    linear_fc1.weight_12.layer<i> [2f, d']            mlp.{gate,up}_proj.weight_12
+    linear_fc2.weight_{21,22,12...}                   mlp.down_proj.weight_{21,22,12}
+    ...linear_qkv.layer_norm_weight_up                input_layernorm.weight_up
+    ...linear_fc1.layer_norm_weight_up                post_attention_layernorm.weight_up
+    decoder.final_layernorm.weight_up                 model.norm.weight_up
+    embedding.word_embeddings.weight_up               model.embed_tokens.weight_up
+    output_layer.weight_up                            lm_head.weight_up
+The configuration and modeling files are copied from the package into the folder, and
+config.json's auto_map points transformers' Auto classes at them.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from megatron_scale.convert import keymap
+from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
+from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.convert.model_args import DTYPES, ConversionError, LlamaArgs
+from megatron_scale.model.layout import split_gate_up, split_qkv
+
+MODELING = Path(__file__).parent / "hf_modeling"
+FILES = ("configuration_scale_llama.py", "modeling_scale_llama.py")
+L = keymap.LAYERS
+LINEARS = {  # megatron module -> (checkpoint prefix, HF names of its row groups)
+    "qkv": (L + "self_attention.linear_qkv.", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+    "proj": (L + "self_attention.linear_proj.", ("self_attn.o_proj",)),
+    "fc1": (L + "mlp.linear_fc1.", ("mlp.gate_proj", "mlp.up_proj")),
+    "fc2": (L + "mlp.linear_fc2.", ("mlp.down_proj",)),
+}
+UPS = {
+    L + "self_attention.linear_qkv.layer_norm_weight_up": "input_layernorm.weight_up",
+    L + "mlp.linear_fc1.layer_norm_weight_up": "post_attention_layernorm.weight_up",
+}
+GLOBAL_UPS = {
+    "decoder.final_layernorm.weight_up": "model.norm.weight_up",
+    "embedding.word_embeddings.weight_up": "model.embed_tokens.weight_up",
+    "output_layer.weight_up": "lm_head.weight_up",
+}
+
+
+def _split(module: str, t: torch.Tensor, groups: int, head_dim: int) -> tuple[torch.Tensor, ...]:
+    if module == "qkv":
+        return split_qkv(t, groups, head_dim)
+    if module == "fc1":
+        return split_gate_up(t)
+    return (t,)
+
+
+def w12_layers(reader: MegatronReader) -> dict[str, list[int]]:
+    """Layers where each module has a W12, from the checkpoint keys."""
+    found: dict[str, list[int]] = {m: [] for m in LINEARS}
+    for key in reader.names():
+        for module, (prefix, _) in LINEARS.items():
+            m = re.fullmatch(re.escape(prefix) + r"weight_12\.layer(\d+)", key)
+            if m:
+                found[module].append(int(m.group(1)))
+    return {m: sorted(v) for m, v in found.items()}
+
+
+def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, tensor) for every expansion block."""
+    k = dims["head_dim"]
+    for key, name in UPS.items():
+        stacked = reader.get(key)
+        for i in range(args.num_layers):
+            yield keymap.HF_LAYER.format(i) + name, stacked[i]
+    for key, name in GLOBAL_UPS.items():
+        yield name, reader.get(key)
+    w12 = w12_layers(reader)
+    for module, (prefix, names) in LINEARS.items():
+        for block in ("weight_21", "weight_22"):
+            stacked = reader.get(prefix + block)
+            for i in range(args.num_layers):
+                for name, part in zip(names, _split(module, stacked[i], dims["groups_up"], k), strict=True):
+                    yield f"{keymap.HF_LAYER.format(i)}{name}.{block}", part
+        for i in w12[module]:
+            parts = _split(module, reader.get(f"{prefix}weight_12.layer{i}"), dims["groups"], k)
+            for name, part in zip(names, parts, strict=True):
+                yield f"{keymap.HF_LAYER.format(i)}{name}.weight_12", part
+
+
+def scale_hf_config(args: LlamaArgs, dims: dict[str, Any], w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
+    cfg = args.with_dtype(dtype).to_hf_config()
+    cfg.update(
+        architectures=["ScaleLlamaForCausalLM"], model_type="scale_llama",
+        auto_map={"AutoConfig": "configuration_scale_llama.ScaleLlamaConfig",
+                  "AutoModelForCausalLM": "modeling_scale_llama.ScaleLlamaForCausalLM"},
+        tie_word_embeddings=False, scale_tied_output=args.tied,
+        scale_hidden_up=dims["hidden_up"], scale_heads_up=dims["heads_up"], scale_groups_up=dims["groups_up"],
+        scale_ffn_up=dims["ffn_up"], scale_variant=dims["variant"], scale_router_tau=dims["router_tau"],
+        scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
+    )
+    return cfg
+
+
+def export_scale(reader: MegatronReader, args: LlamaArgs, dims: dict[str, Any], tmp: Path, dtype: str,
+                 max_shard_bytes: int, progress: bool) -> ShardSummary:
+    if dims["head_dim"] != args.kv_channels or dims["hidden"] != args.hidden_size:
+        raise ConversionError(f"{reader.dir}: scale.dims do not match the recorded model_args")
+    reader.check_shapes(keymap.megatron_shapes(args))
+    out_dtype = DTYPES[dtype]
+
+    def items() -> Iterator[tuple[str, torch.Tensor]]:
+        yield from keymap.megatron_to_hf(reader.get, args)
+        yield from expansion_tensors(reader, args, dims)
+
+    with tqdm(desc="writing HF tensors", unit="tensor", disable=not progress) as bar:
+        def cast() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, t in items():
+                bar.update(1)
+                yield name, t.to(out_dtype)
+
+        summary = write_shards(cast(), tmp, max_shard_bytes)
+    write_json(tmp / "config.json", scale_hf_config(args, dims, w12_layers(reader), dtype))
+    for name in FILES:
+        shutil.copy2(MODELING / name, tmp / name)
+    return summary

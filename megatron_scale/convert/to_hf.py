@@ -1,0 +1,115 @@
+"""megatron-core dist checkpoint (any TP/PP) -> Hugging Face folder.
+
+    convert_megatron_to_hf("ckpt/base", "hf/out", tokenizer="Llama-3.2-1B/", verify=True)
+
+A plain Llama checkpoint becomes a standard `LlamaForCausalLM` folder: config.json, safetensors
+shards with their index, the tokenizer files when asked. A SCALE checkpoint becomes the SCALE
+model with its own modeling code (scale_export.py), or, with `preserve_head_only`, the
+preservation head alone as a plain LlamaForCausalLM of the base shape (possible only where no
+W12 has moved the base path: Preserve and Route-on-Preserve always, Adapt while its W12 are zero).
+The folder is written beside the target and renamed into place (atomic); an existing target is
+replaced only with `force`. `verify` compares the two models' logits before publishing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from megatron_scale.convert import keymap, scale_export
+from megatron_scale.convert import verify as verifier
+from megatron_scale.convert.hf_io import (
+    ShardSummary,
+    atomic_folder,
+    copy_tokenizer,
+    write_json,
+    write_shards,
+)
+from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.convert.model_args import DTYPES, ConversionError, LlamaArgs
+
+DEFAULT_SHARD_BYTES = 5 * 2**30
+
+
+def _cast(items: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, bar: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    for name, t in items:
+        bar.update(1)
+        yield name, t.to(dtype)
+
+
+def _out_dtype(reader: MegatronReader, dtype: str | None) -> str:
+    if dtype is None:
+        saved = reader.meta["embedding.word_embeddings.weight"].dtype
+        return next(n for n, d in DTYPES.items() if d == saved)
+    if dtype not in DTYPES:
+        raise ConversionError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def _check_preservable(reader: MegatronReader) -> None:
+    for key in reader.names():
+        if ".weight_12" in key and bool(reader.get(key).any()):
+            raise ConversionError(
+                f"--preserve-head-only: {reader.dir} has a non-zero W12 ({key!r}), which changes the "
+                "base path: its preservation head is not a plain Llama; export the full SCALE model"
+            )
+
+
+def summarize(summary: ShardSummary, out: Path, args: LlamaArgs, kind: str, dtype: str) -> dict[str, Any]:
+    return {"output": str(out), "kind": kind, "parameters": summary.parameters, "dtype": dtype,
+            "shards": len(summary.files), "bytes": summary.bytes, "tied": args.tied}
+
+
+def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str, max_shard_bytes: int,
+                 progress: bool) -> ShardSummary:
+    reader.check_shapes(keymap.megatron_shapes(args))
+    total = len(keymap.hf_shapes(args))
+    with tqdm(total=total, desc="writing HF tensors", unit="tensor", disable=not progress) as bar:
+        items = keymap.megatron_to_hf(reader.get, args)
+        summary = write_shards(_cast(items, DTYPES[dtype], bar), tmp, max_shard_bytes)
+    write_json(tmp / "config.json", args.with_dtype(dtype).to_hf_config())
+    return summary
+
+
+def convert_megatron_to_hf(
+    ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
+    tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float = 1e-4,
+    dtype: str | None = None, model_args: str | os.PathLike | None = None,
+    preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
+) -> dict[str, Any]:
+    """Export and return a summary (parameters, dtype, shards, verification error)."""
+    reader = MegatronReader(ckpt_dir)
+    args = reader.model_args(model_args)
+    dims = reader.scale_dims
+    if preserve_head_only and dims is None:
+        raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
+    out_dtype = _out_dtype(reader, dtype)
+    with atomic_folder(out_dir, force) as tmp:
+        if dims is not None and not preserve_head_only:
+            summary = scale_export.export_scale(reader, args, dims, tmp, out_dtype, max_shard_bytes, progress)
+            kind = f"scale-{dims['variant']}"
+        else:
+            if dims is not None:
+                _check_preservable(reader)
+            summary = export_plain(reader, args, tmp, out_dtype, max_shard_bytes, progress)
+            kind = "llama" if dims is None else "llama (preservation head)"
+        if tokenizer is not None:
+            copy_tokenizer(tokenizer, tmp)
+        result = summarize(summary, Path(out_dir), args, kind, out_dtype)
+        if verify:
+            err = verifier.compare(
+                str(reader.dir), str(tmp), args, dims, head="preserve" if preserve_head_only else "auto",
+                trust_remote_code=dims is not None and not preserve_head_only,
+            )
+            result["verify_max_abs_error"] = err
+            if not err <= tolerance:
+                raise ConversionError(
+                    f"--verify: exported logits differ from {reader.dir}'s by {err:.3g} > {tolerance:g}; "
+                    "nothing was written"
+                )
+    return result

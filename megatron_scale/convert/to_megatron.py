@@ -1,0 +1,119 @@
+"""Hugging Face Llama folder -> megatron-core dist checkpoint (torch_dist) at a TP x PP layout.
+
+    convert_hf_to_megatron("Llama-3.2-1B/", "ckpt/base", tp=2, pp=1)
+
+Everything that can be checked is checked before any rank starts: config.json (keymap's
+architecture limits, RoPE), the layout (TP divides heads, groups, FFN and vocabulary; PP divides
+the layers), and every HF tensor's presence and shape. Each rank then builds its partition of the
+megatron-core model and fills it lazily: a megatron tensor is assembled from the HF tensors of
+the one layer a shard needs (merge_qkv, [gate; up]), read through safe_open. The checkpoint
+records the model arguments (common state `model_args`, model_args.py) and is written by
+checkpoint.save_checkpoint (atomic rename).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from megatron_scale.checkpoint import save_checkpoint
+from megatron_scale.convert import keymap
+from megatron_scale.convert.hf_io import SafetensorsReader
+from megatron_scale.convert.launch import on_ranks
+from megatron_scale.convert.llama import build_llama_gpt
+from megatron_scale.convert.megatron_io import MODEL_ARGS
+from megatron_scale.convert.model_args import ConversionError, LlamaArgs, read_hf_config
+from megatron_scale.model.state import load_global_state_dict
+
+# HF tensors that carry no weights megatron-core needs (recomputed buffers).
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def check_hf_tensors(reader: SafetensorsReader, args: LlamaArgs) -> None:
+    """Every tensor the model needs is there with its shape, and nothing unexplained is."""
+    expected = keymap.hf_shapes(args)
+    for name, shape in expected.items():
+        got = reader.shape(name)
+        if got != shape:
+            raise ConversionError(
+                f"{reader.files[name]}: tensor {name!r} has shape {got}, config.json implies {shape}"
+            )
+    extra = [
+        n for n in reader.names()
+        if n not in expected and not n.endswith(IGNORED_SUFFIXES) and not (args.tied and n == "lm_head.weight")
+    ]
+    if extra:
+        raise ConversionError(
+            f"{reader.folder}: {len(extra)} tensor(s) this Llama config does not explain, first: {extra[:3]}"
+        )
+
+
+class _LazyTensor:
+    """A global megatron tensor that materialises only the layer (and slice) indexed."""
+
+    def __init__(self, entry: keymap.Entry, reader: SafetensorsReader, args: LlamaArgs, bar: Any) -> None:
+        self.entry, self.reader, self.args, self.bar = entry, reader, args, bar
+        self.shape = torch.Size(keymap.megatron_shapes(args)[entry.megatron])
+
+    def __getitem__(self, index: tuple) -> torch.Tensor:
+        layer = index[0] if self.entry.stacked else None
+        rest = index[1:] if self.entry.stacked else index
+        parts = tuple(self.reader.get(n) for n in keymap.hf_names(self.entry, layer))
+        self.bar.update(len(parts))
+        return keymap.to_megatron(self.entry, parts, self.args)[rest].to(self.args.torch_dtype)
+
+
+class LazyMegatronState(Mapping):
+    """Megatron checkpoint key -> lazily read global tensor (for load_global_state_dict)."""
+
+    def __init__(self, reader: SafetensorsReader, args: LlamaArgs, bar: Any) -> None:
+        self.tensors = {e.megatron: _LazyTensor(e, reader, args, bar) for e in keymap.table(args)}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.tensors[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, progress: bool) -> None:
+    rank0 = not dist.is_initialized() or dist.get_rank() == 0
+    reader = SafetensorsReader(hf_dir)
+    model = build_llama_gpt(args, tp, pp)
+    with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
+        load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
+    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
+
+
+def convert_hf_to_megatron(
+    hf_dir: str | os.PathLike, out_dir: str | os.PathLike, *, tp: int = 1, pp: int = 1,
+    dtype: str | None = None, progress: bool = True,
+) -> dict[str, Any]:
+    """Convert and return a summary (model args, parameters, dtype, layout)."""
+    args = read_hf_config(hf_dir)
+    if dtype is not None:
+        args = args.with_dtype(dtype)
+    args.check_parallel(tp, pp)
+    if args.vocab_size % tp:
+        raise ConversionError(
+            f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size} "
+            "(the vocabulary is split evenly over tensor-parallel ranks)"
+        )
+    check_hf_tensors(SafetensorsReader(hf_dir), args)
+    out = Path(out_dir)
+    if out.exists():
+        raise ConversionError(f"{out} exists; refusing to overwrite a checkpoint")
+    on_ranks(_convert_rank, tp, pp, str(hf_dir), str(out), args, tp, pp, progress)
+    parameters = sum(math.prod(s) for s in keymap.megatron_shapes(args).values())
+    return {"output": str(out), "model_args": args.to_json(), "parameters": parameters,
+            "dtype": args.params_dtype, "tensor_parallel": tp, "pipeline_parallel": pp}

@@ -1,0 +1,68 @@
+"""Base megatron-core checkpoint -> SCALE checkpoint, offline, at any TP x PP layout.
+
+    upscale_checkpoint("ckpt/base", "ckpt/scale", ScaleConfig(variant="route", init="svd"), tp=2)
+
+The base's global tensors go through `upscale.upscale_state_dict` (the same function training
+uses when it upscales on load, so both give the same model for a seed), into the SCALE model
+built by `model.builder.build_scale_gpt`, saved by `checkpoint.save_checkpoint` with the frozen
+base digest and geometry. The model arguments recorded with the base are carried over. Every
+SCALE setting and the layout are checked before any rank starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from megatron_scale.checkpoint import save_checkpoint
+from megatron_scale.config import ScaleConfig, ScaleConfigError
+from megatron_scale.convert import keymap
+from megatron_scale.convert.launch import on_ranks
+from megatron_scale.convert.llama import build_model
+from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+from megatron_scale.convert.model_args import ConversionError, LlamaArgs
+from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.upscale import upscale_state_dict
+
+
+def _dims_record(dims: Any) -> dict[str, Any]:
+    rec = dataclasses.asdict(dims)
+    return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
+
+
+def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, Any], tp: int, pp: int) -> None:
+    reader = MegatronReader(base_dir)
+    base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
+    model = build_model(args, dims, tp, pp)
+    load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
+    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
+
+
+def upscale_checkpoint(
+    base_dir: str | os.PathLike, out_dir: str | os.PathLike, scale: ScaleConfig, *, tp: int = 1, pp: int = 1,
+    model_args: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Write the SCALE checkpoint; returns a summary (geometry, parameters, layout)."""
+    reader = MegatronReader(base_dir)
+    if reader.scale_dims is not None:
+        raise ConversionError(f"--load {reader.dir}: already a SCALE checkpoint; upscale its base instead")
+    args = reader.model_args(model_args)
+    args.check_parallel(tp, pp)
+    if args.vocab_size % tp:
+        raise ConversionError(f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size}")
+    reader.check_shapes(keymap.megatron_shapes(args))
+    try:
+        dims = _dims_record(scale.resolve(args.transformer_config(tp, pp), tp))
+    except ScaleConfigError as e:
+        raise ConversionError(str(e)) from e
+    out = Path(out_dir)
+    if out.exists():
+        raise ConversionError(f"--save {out} exists; refusing to overwrite a checkpoint")
+    on_ranks(_upscale_rank, tp, pp, str(reader.dir), str(out), args, dims, tp, pp)
+    base_params = sum(math.prod(reader.shape(k)) for k in keymap.megatron_shapes(args))
+    return {"output": str(out), "scale_dims": dims, "base_parameters": base_params,
+            "tensor_parallel": tp, "pipeline_parallel": pp}
+

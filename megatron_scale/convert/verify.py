@@ -1,0 +1,70 @@
+"""`--verify`: the exported Hugging Face model and the megatron-core model give the same logits.
+
+Both run in fp32 on the same sample tokens. The megatron side is rebuilt at TP=1, PP=1 from the
+checkpoint's global tensors (so any saved layout verifies), on a rank of its own; the HF side is
+loaded by transformers from the written folder, exactly as a user would load it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from megatron_scale.convert.launch import on_ranks
+from megatron_scale.convert.llama import build_model
+from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.convert.model_args import LlamaArgs
+from megatron_scale.model.builder import output_head
+from megatron_scale.model.state import load_global_state_dict
+
+
+def sample_tokens(vocab: int, batch: int = 2, seq: int = 24, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def megatron_forward(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    """Full logits [b, s, V] of a TP=1, PP=1 megatron-core model (causal attention)."""
+    b, s = ids.shape
+    pos = torch.arange(s).expand(b, s).contiguous()
+    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), 1)
+    with torch.no_grad():
+        return model(ids, pos, mask)
+
+
+def load_fp32(model: Any, reader: MegatronReader) -> None:
+    """Fill a (TP=1) model with a checkpoint's global tensors, cast to the model's dtype."""
+    keys = [k for k in reader.names() if not k.startswith(("optimizer", "rng", "rerun"))]
+    load_global_state_dict(model, {k: reader.get(k).float() for k in keys}, strict=True)
+
+
+def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str) -> torch.Tensor:
+    reader = MegatronReader(ckpt_dir)
+    model = build_model(dataclasses.replace(args, params_dtype="float32"), dims, 1, 1).eval()
+    load_fp32(model, reader)
+    if dims is None:
+        return megatron_forward(model, ids)
+    with output_head(model, head):
+        return megatron_forward(model, ids)
+
+
+def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str = "auto") -> torch.Tensor:
+    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, ids, head)[0]
+
+
+def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: dict | None, *, head: str = "auto",
+            trust_remote_code: bool = False) -> float:
+    """Max |logit difference| between the checkpoint and the exported folder."""
+    ids = sample_tokens(args.vocab_size)
+    ref = megatron_logits(ckpt_dir, args, dims, ids, head)
+    got = hf_logits(folder, ids, trust_remote_code)
+    return float((ref - got).abs().max())

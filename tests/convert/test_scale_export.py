@@ -1,0 +1,192 @@
+"""SCALE checkpoints -> Hugging Face folders that transformers loads with trust_remote_code.
+
+In spawned ranks (gloo, 2, TP=2): a tiny HF Llama (_hf.py) is converted, upscaled for every
+variant (Preserve and Adapt untied, with W12 in every module of the upper layers for Adapt;
+Route tied), every trainable block is perturbed (as if trained, so that the expansion changes
+the output) and the model is saved; its logits (default head: z_a, routed for Route), its
+preservation-head logits, its routing share and a greedy continuation (full recomputation)
+are taken from megatron-core. Here each checkpoint is exported with convert_megatron_to_hf and
+loaded by AutoModelForCausalLM(trust_remote_code=True): logits match to 1e-5 x max(1, max|z|),
+generate() (greedy, KV cache) gives the same tokens, with and without cache, and the exported
+preservation head reproduces the original HF model's logits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests._dist import run_ranks
+from tests.convert import _hf
+from tests.convert._mg import greedy, megatron_logits
+
+CASES = {"preserve": False, "adapt": False, "route": True}  # variant -> tied embeddings
+PROMPT, NEW = 8, 6
+
+
+def _perturb(model: Any, seed: int) -> None:
+    """Move every trainable block off its init (deterministic, global tensors)."""
+    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+
+    g = torch.Generator().manual_seed(seed)
+    state = global_state_dict(model)
+    for key in sorted(state):
+        t = state[key]
+        if "layernorm" in key or "layer_norm" in key:
+            if key.endswith("_up"):
+                state[key] = t + 0.2 * torch.randn(t.shape, generator=g)
+        elif key == "output_layer.weight_up":
+            state[key] = t + 0.8 * torch.randn(t.shape, generator=g)
+        elif key.endswith("weight_up"):
+            state[key] = t + 0.3 * torch.randn(t.shape, generator=g)
+        elif ".weight_12" in key or key.endswith(("weight_21", "weight_22")):
+            state[key] = t + 0.08 * torch.randn(t.shape, generator=g)
+    load_global_state_dict(model, state)
+
+
+def _body(rank: int, world: int, root: str) -> dict[str, Any]:
+    from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
+    from megatron_scale.config import ScaleConfig
+    from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
+    from megatron_scale.convert.llama import build_model
+    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.model.builder import output_head, output_layers
+
+    torch.set_num_threads(1)  # tests/convert/conftest.py
+    init_distributed(1, 1, device="cpu")
+    base = Path(root)
+    ids = _hf.tokens(seq=24)
+    res: dict[str, Any] = {}
+    for tied in (True, False):
+        convert_hf_to_megatron(base / f"hf-{tied}", base / f"mg-{tied}", tp=2, progress=False)
+    for variant, tied in CASES.items():
+        sc = ScaleConfig(variant=variant, heads_up=4, seed=3, router_tau=0.8,
+                         adapt_modules=("qkv", "proj", "fc1", "fc2"))
+        upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
+        reader = MegatronReader(base / f"up-{variant}")
+        model = build_model(reader.model_args(), reader.scale_dims, 2, 1).eval()
+        load_checkpoint(model, base / f"up-{variant}")
+        _perturb(model, seed=11)
+        record = {MODEL_ARGS: reader.model_args().to_json()}
+        save_checkpoint(model, base / f"sc-{variant}", extra=lambda _, r=record: r)
+        out = output_layers(model)[0]
+        out.reset_route_counts()
+        res[f"{variant}/logits"] = megatron_logits(model, ids)
+        res[f"{variant}/preserve_share"] = out.preserve_fraction
+        with output_head(model, "preserve"):
+            res[f"{variant}/z_p"] = megatron_logits(model, ids)
+        with output_head(model, "adapt"):
+            res[f"{variant}/z_a"] = megatron_logits(model, ids)
+        res[f"{variant}/greedy"] = greedy(model, ids[:, :PROMPT], NEW)
+    return res
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from megatron_scale.convert import convert_megatron_to_hf
+
+    root = tmp_path_factory.mktemp("scale_export")
+    hf_logits = {}
+    for tied in (True, False):
+        model = _hf.make_hf(root / f"hf-{tied}", tied, seed=int(tied))
+        with torch.no_grad():
+            hf_logits[tied] = model(_hf.tokens(seq=24)).logits
+    mg = run_ranks(_body, 2, str(root))[0]
+    exported = {}
+    for variant in CASES:
+        summary = convert_megatron_to_hf(root / f"sc-{variant}", root / f"hf-{variant}", progress=False,
+                                         verify=variant == "route", tolerance=1e-4)
+        model = AutoModelForCausalLM.from_pretrained(root / f"hf-{variant}", trust_remote_code=True,
+                                                     dtype=torch.float32).eval()
+        exported[variant] = (summary, model)
+    return {"root": root, "hf": hf_logits, "mg": mg, "exported": exported}
+
+
+def _close(got: torch.Tensor, ref: torch.Tensor) -> float:
+    assert got.shape == ref.shape
+    return float((got - ref).abs().max()) / max(1.0, float(ref.abs().max()))
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("variant", list(CASES))
+def test_exported_logits_equal_megatron(results: dict, variant: str) -> None:
+    summary, model = results["exported"][variant]
+    mg = results["mg"]
+    assert summary["kind"] == f"scale-{variant}" and type(model).__name__ == "ScaleLlamaForCausalLM"
+    ids = _hf.tokens(seq=24)
+    with torch.no_grad():
+        got = model(ids).logits
+        share = None if model.last_route_keep is None else float(model.last_route_keep.float().mean())
+    assert _close(got, mg[f"{variant}/logits"]) <= 1e-5
+    # the expansion moved the output: the default head is not the preservation head
+    assert float((mg[f"{variant}/z_a"] - mg[f"{variant}/z_p"]).abs().max()) > 1e-2
+    for head in ("preserve", "adapt"):
+        model.config.scale_output_head = head
+        with torch.no_grad():
+            assert _close(model(ids).logits, mg[f"{variant}/z_{head[0]}"]) <= 1e-5, head
+    model.config.scale_output_head = "auto"
+    if variant == "route":
+        assert 0.05 < mg["route/preserve_share"] < 0.95, mg["route/preserve_share"]  # both heads are used
+        assert share == pytest.approx(mg["route/preserve_share"])
+        assert summary["verify_max_abs_error"] <= 1e-4
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("variant", list(CASES))
+def test_generate_matches_megatron_greedy(results: dict, variant: str) -> None:
+    _, model = results["exported"][variant]
+    ref = results["mg"][f"{variant}/greedy"]
+    prompt = ref[:, :PROMPT]
+    with torch.no_grad():
+        cached = model.generate(prompt, max_new_tokens=NEW, do_sample=False, use_cache=True)
+        plain = model.generate(prompt, max_new_tokens=NEW, do_sample=False, use_cache=False)
+    assert torch.equal(cached, ref), (cached, ref)
+    assert torch.equal(plain, ref)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("variant", list(CASES))
+def test_exported_preservation_head_is_the_original_model(results: dict, variant: str) -> None:
+    _, model = results["exported"][variant]
+    model.config.scale_output_head = "preserve"
+    try:
+        with torch.no_grad():
+            got = model(_hf.tokens(seq=24)).logits
+    finally:
+        model.config.scale_output_head = "auto"
+    tied = CASES[variant]
+    ref = results["hf"][tied]
+    if variant == "adapt":  # trained W12 moves the base path: the preservation head has moved too
+        assert _close(got, ref) > 1e-3
+    else:
+        assert _close(got, ref) <= 1e-5
+
+
+@pytest.mark.dist
+def test_exported_folder_is_self_contained(results: dict) -> None:
+    import json
+
+    folder = results["root"] / "hf-adapt"
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_scale_llama.ScaleLlamaForCausalLM"
+    assert [2, "fc1"] in cfg["scale_w12"] and [1, "qkv"] not in cfg["scale_w12"]
+    for name in ("modeling_scale_llama.py", "configuration_scale_llama.py"):
+        imports = [line for line in (folder / name).read_text().splitlines() if line.startswith(("import ", "from "))]
+        roots = {line.split()[1].split(".")[0] for line in imports}
+        assert roots <= {"__future__", "math", "typing", "torch", "transformers", ""}, roots
+
+
+@pytest.mark.dist
+def test_preserve_head_only_refuses_a_moved_base_path(results: dict) -> None:
+    from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+
+    root = results["root"]
+    with pytest.raises(ConversionError, match=r"--preserve-head-only: .* non-zero W12 .*weight_12.layer2"):
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-preserve-only", preserve_head_only=True)
+    assert not (root / "adapt-preserve-only").exists()
