@@ -1,0 +1,119 @@
+"""First-token accuracy of QA answers: the model reads "question + answer prefix" and its argmax
+at the last prompt position is compared with the first token of the answer.
+
+The target is taken from the tokenisation of the whole training text (prompt + answer), so it
+is the token the model sees in training; the prompt must tokenise to a prefix of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from megatron_scale.bio.texts import QA
+from megatron_scale.data.tokenizer import Tokenizer
+from megatron_scale.model.builder import output_head, output_layers
+from megatron_scale.training.data import causal_mask
+
+
+@dataclass(frozen=True)
+class Probe:
+    prompt: tuple[int, ...]
+    target: int
+    attribute: str
+
+
+def probes(tokenizer: Tokenizer, qas: Sequence[QA]) -> list[Probe]:
+    out = []
+    for qa in qas:
+        prompt, full = tokenizer.encode(qa.prompt), tokenizer.encode(qa.text)
+        if full[: len(prompt)] != prompt or len(full) <= len(prompt):
+            raise ValueError(f"the prompt of {qa.text!r} does not tokenise to a prefix of the whole text")
+        out.append(Probe(tuple(prompt), full[len(prompt)], qa.attribute))
+    return out
+
+
+TAUS = (-1.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.01)
+
+
+def last_logits(model: Any, items: Sequence[Probe], batch_size: int = 64) -> torch.Tensor:
+    """[len(items), V] logits at each prompt's last position, in eval mode."""
+    return _at_last(model, items, batch_size, lambda logits: logits.float())
+
+
+def predictions(model: Any, items: Sequence[Probe], batch_size: int = 64) -> list[int]:
+    """The model's argmax next token after each prompt (eval mode: a Route model routes)."""
+    return _at_last(model, items, batch_size, lambda logits: logits.argmax(-1)).tolist()
+
+
+def _at_last(model: Any, items: Sequence[Probe], batch_size: int, reduce: Any) -> torch.Tensor:
+    """`reduce(logits at each prompt's last position)`, stacked. Prompts are right-padded;
+    causal attention keeps the padding out of the positions read."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(items), batch_size):
+                chunk = items[start : start + batch_size]
+                width = max(len(p.prompt) for p in chunk)
+                tokens = torch.zeros(len(chunk), width, dtype=torch.long)
+                for i, p in enumerate(chunk):
+                    tokens[i, : len(p.prompt)] = torch.tensor(p.prompt)
+                positions = torch.arange(width).unsqueeze(0).expand(len(chunk), -1)
+                logits = model(tokens.to(device), positions.to(device), causal_mask(width).to(device))
+                last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
+                out.append(reduce(logits[torch.arange(len(chunk), device=device), last]).cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, Any]:
+    """{"accuracy", "per_attribute", and for a Route model "preserve_fraction" (share of the
+    evaluated tokens the router sent to the preservation head)}."""
+    heads = [h for h in output_layers(model) if h.routed]
+    for h in heads:
+        h.reset_route_counts()
+    pred = predictions(model, items, batch_size)
+    hits = [int(p == it.target) for p, it in zip(pred, items, strict=True)]
+    per: dict[str, list[int]] = {}
+    for h, it in zip(hits, items, strict=True):
+        per.setdefault(it.attribute, []).append(h)
+    result: dict[str, Any] = {
+        "accuracy": sum(hits) / max(len(hits), 1),
+        "per_attribute": {a: sum(v) / len(v) for a, v in per.items()},
+    }
+    if heads:
+        result["preserve_fraction"] = heads[0].preserve_fraction
+        result.update(route_diagnostics(model, items, heads[0].tau, batch_size))
+    return result
+
+
+def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, batch_size: int = 64) -> dict[str, Any]:
+    """For a Route model, at the answer position: the accuracy of z_p alone and of z_a alone,
+    the share of prompts whose answer token the router sends to z_p at the model's tau, and the
+    routed accuracy at other thresholds (the router has no parameters and training uses z_a's
+    loss only, so one trained model gives every tau's accuracy)."""
+    with output_head(model, "preserve"):
+        z_p = last_logits(model, items, batch_size)
+    with output_head(model, "adapt"):
+        z_a = last_logits(model, items, batch_size)
+    target = torch.tensor([it.target for it in items])
+    cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
+
+    def routed_acc(t: float) -> float:
+        pick = torch.where((cos >= t).unsqueeze(-1), z_p, z_a).argmax(-1)
+        return float((pick == target).double().mean()) if len(items) else float("nan")
+
+    return {
+        "preserve_head_accuracy": float((z_p.argmax(-1) == target).double().mean()),
+        "adapt_head_accuracy": float((z_a.argmax(-1) == target).double().mean()),
+        "answer_preserve_fraction": float((cos >= tau).double().mean()),
+        "answer_cos_quantiles": [float(q) for q in torch.quantile(cos, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=cos.dtype))],
+        "tau_sweep": {str(t): routed_acc(t) for t in TAUS},
+    }

@@ -1,0 +1,238 @@
+"""The controlled forgetting experiment on this project's training recipe.
+
+    people     generate P people; the first `pretrain_people` are pre-trained on, the first
+               `task0_people` of those form task 0, the next `task1_people` after the pre-training
+               group (never seen by the model) form task 1
+    pretrain   `full` from random weights on the pre-training group's biographies
+    task 0     `full` from the pre-trained model on task 0's QA pairs
+    task 1     per method, from the task-0 model (upscaled / deepened / LoRA'd on load as the
+               training entry does): QA pairs of task 1; first-token accuracy on task 0's and
+               task 1's QA pairs at step 0 and every `eval_interval` steps
+Each stage is one run of the training entry's own setup and train step (training/loop.py) in
+this process, at world size 1; checkpoints pass between stages as --load directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from megatron_scale.bio import corpus, evaluate
+from megatron_scale.bio.people import generate_people
+from megatron_scale.bio.texts import all_qa, biographies
+from megatron_scale.distributed import destroy_distributed
+from megatron_scale.training import arguments as A
+from megatron_scale.training.checkpointing import iteration_dir
+from megatron_scale.training.loop import setup, train_step
+
+METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "llama-pro", "freeze", "lora")
+
+
+@dataclass
+class Settings:
+    seed: int = 1234
+    pretrain_people: int = 100
+    task0_people: int = 50
+    task1_people: int = 20
+    bios_per_person: int = 5
+    vocab_size: int = 1024
+    num_layers: int = 4
+    hidden_size: int = 128
+    num_attention_heads: int = 8
+    num_query_groups: int = 4
+    ffn_hidden_size: int = 384
+    seq_length: int = 64
+    micro_batch_size: int = 16
+    global_batch_size: int = 16
+    pretrain_iters: int = 600
+    pretrain_lr: float = 3e-3
+    task0_iters: int = 300
+    task0_lr: float = 1e-3
+    task1_iters: int = 200
+    task1_lr: float = 1e-3
+    eval_interval: int = 20
+    eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
+    methods: tuple[str, ...] = METHODS
+    device: str = "cpu"
+    freeze_layers: int | None = None  # default: the bottom 3/4 of the layers
+    lora_rank: int = 8
+    router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
+    extra_flags: tuple[str, ...] = field(default_factory=tuple)
+
+    def check(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+        if not 0 < self.task0_people <= self.pretrain_people:
+            raise ValueError(f"--task0-people {self.task0_people} must lie in 1..--pretrain-people {self.pretrain_people}")
+        if self.task1_people < 1:
+            raise ValueError("--task1-people must be at least 1")
+        if self.eval_interval < 1:
+            raise ValueError("--eval-interval must be at least 1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _single_process_env() -> None:
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(_free_port())})
+
+
+def _model_flags(s: Settings) -> list[str]:
+    return [
+        "--num-layers", str(s.num_layers), "--hidden-size", str(s.hidden_size),
+        "--num-attention-heads", str(s.num_attention_heads), "--num-query-groups", str(s.num_query_groups),
+        "--ffn-hidden-size", str(s.ffn_hidden_size), "--seq-length", str(s.seq_length),
+        "--micro-batch-size", str(s.micro_batch_size), "--global-batch-size", str(s.global_batch_size),
+        "--device", s.device, "--seed", str(s.seed), "--split", "100,0,0", "--eval-iters", "1",
+        "--lr-warmup-iters", "0", "--weight-decay", "0.0", *s.extra_flags,
+    ]
+
+
+def method_flags(s: Settings, method: str) -> list[str]:
+    flags = ["--method", method]
+    if method == "freeze":
+        layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
+        flags += ["--freeze-layers", str(layers)]
+    if method.startswith("scale-") and s.router_tau is not None:
+        flags += ["--scale-router-tau", str(s.router_tau)]
+    if method == "lora":
+        flags += ["--lora-rank", str(s.lora_rank), "--lora-alpha", str(2.0 * s.lora_rank)]
+    return flags
+
+
+Evals = dict[str, list[evaluate.Probe]]
+ROUTE_KEYS = ("preserve_head_accuracy", "adapt_head_accuracy", "answer_preserve_fraction", "answer_cos_quantiles",
+              "tau_sweep")
+
+
+def run_stage(
+    flags: Sequence[str], *, iters: int, evals: Evals, eval_interval: int, save: str | None,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """One run of the training entry's recipe; first-token accuracy on `evals` at step 0, every
+    `eval_interval` steps and at the end. Returns its curves, losses and wall time."""
+    args = A.parse_args([*flags, "--train-iters", str(iters), "--log-interval", str(10**9)]
+                        + (["--save", save] if save else []))
+    _single_process_env()
+    start = time.monotonic()
+    run = setup(args)
+    curves: dict[str, list[dict[str, Any]]] = {name: [] for name in evals}
+    steps: list[int] = []
+    losses: list[float] = []
+    eval_seconds = 0.0
+
+    def measure() -> None:
+        nonlocal eval_seconds
+        t = time.monotonic()
+        steps.append(run.iteration)
+        for name, items in evals.items():
+            curves[name].append(evaluate.first_token_accuracy(run.model, items))
+        eval_seconds += time.monotonic() - t
+        shown = " ".join(f"{n}={curves[n][-1]['accuracy']:.3f}" for n in evals)
+        progress(f"    step {run.iteration:5d}  loss {losses[-1] if losses else float('nan'):.4f}  {shown}")
+
+    try:
+        if evals:
+            measure()
+        while run.iteration < iters:
+            losses.append(train_step(run)["lm_loss"])
+            if evals and (run.iteration % eval_interval == 0 or run.iteration == iters):
+                measure()
+            elif not evals and (run.iteration % (10 * eval_interval) == 0 or run.iteration == iters):
+                progress(f"    step {run.iteration:5d}  loss {losses[-1]:.4f}  {time.monotonic() - start:.0f}s")
+        if save:
+            run.save()
+    finally:
+        run.log.close()
+        destroy_distributed()
+    return {
+        "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
+        "per_attribute": {n: [c["per_attribute"] for c in v] for n, v in curves.items()},
+        "preserve_fraction": {n: [c.get("preserve_fraction") for c in v] for n, v in curves.items()},
+        "route": {n: [{k: c[k] for k in ROUTE_KEYS if k in c} for c in v] for n, v in curves.items()
+                  if any("tau_sweep" in c for c in v)},
+        "loss": losses, "seconds": time.monotonic() - start, "eval_seconds": eval_seconds,
+    }
+
+
+def _sample(items: list, people: int, per_person: int, limit: int, seed: int) -> list:
+    if not limit or limit >= people:
+        return items
+    chosen = sorted(random.Random(seed).sample(range(people), limit))
+    return [items[i * per_person + j] for i in chosen for j in range(per_person)]
+
+
+def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every stage in order; returns the results (results.json's content)."""
+    s.check()
+    t0 = time.monotonic()
+    os.makedirs(out_dir, exist_ok=True)
+    people = generate_people(s.pretrain_people + s.task1_people, s.seed)
+    pre, task0, task1 = people[: s.pretrain_people], people[: s.task0_people], people[s.pretrain_people :]
+    bios = biographies(pre, s.bios_per_person, s.seed + 1)
+    qa0, qa1 = all_qa(task0), all_qa(task1)
+
+    data = os.path.join(out_dir, "data")
+    tok = corpus.build_tokenizer(bios + corpus.qa_texts(qa0 + qa1), s.vocab_size, os.path.join(data, "tokenizer"))
+    bio_prefix = corpus.write_dataset(os.path.join(data, "bios"), corpus.encode_texts(tok, bios), tok.eod)
+    qa0_prefix = corpus.write_dataset(os.path.join(data, "qa0"), corpus.encode_texts(tok, corpus.qa_texts(qa0)), tok.eod)
+    qa1_prefix = corpus.write_dataset(os.path.join(data, "qa1"), corpus.encode_texts(tok, corpus.qa_texts(qa1)), tok.eod)
+    per_person = len(qa0) // len(task0)
+    probes0 = evaluate.probes(tok, _sample(qa0, len(task0), per_person, s.eval_people, s.seed))
+    probes1 = evaluate.probes(tok, _sample(qa1, len(task1), per_person, s.eval_people, s.seed))
+    targets = {a: len({p.target for p in probes0 + probes1 if p.attribute == a}) for a in sorted({p.attribute for p in probes0})}
+    progress(f"data: {len(people)} people, {len(bios)} biographies, {len(qa0)} task-0 and {len(qa1)} task-1 QA pairs, "
+             f"vocab {tok.vocab_size}, {time.monotonic() - t0:.1f}s")
+
+    base = _model_flags(s) + ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", os.path.join(data, "tokenizer")]
+    ckpt = os.path.join(out_dir, "checkpoints")
+    progress("pretrain: full, biographies of the pre-training group")
+    pretrain = run_stage(base + ["--method", "full", "--data-path", bio_prefix, "--lr", str(s.pretrain_lr)],
+                         iters=s.pretrain_iters, evals={}, eval_interval=s.eval_interval,
+                         save=os.path.join(ckpt, "pretrain"), progress=progress)
+    progress(f"  {pretrain['seconds']:.1f}s, loss {pretrain['loss'][0]:.3f} -> {pretrain['loss'][-1]:.3f}")
+    progress("task 0: full, QA of the task-0 group")
+    task0_run = run_stage(
+        base + ["--method", "full", "--data-path", qa0_prefix, "--lr", str(s.task0_lr),
+                "--load", str(iteration_dir(os.path.join(ckpt, "pretrain"), s.pretrain_iters))],
+        iters=s.task0_iters, evals={"task0": probes0}, eval_interval=s.eval_interval,
+        save=os.path.join(ckpt, "task0"), progress=progress)
+    task0_ckpt = str(iteration_dir(os.path.join(ckpt, "task0"), s.task0_iters))
+    methods: dict[str, Any] = {}
+    for method in s.methods:
+        progress(f"task 1: {method}")
+        methods[method] = run_stage(
+            base + method_flags(s, method) + ["--data-path", qa1_prefix, "--lr", str(s.task1_lr), "--load", task0_ckpt,
+                                              "--lr-decay-style", "constant"],
+            iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
+            save=None, progress=progress)
+        progress(f"  {methods[method]['seconds']:.1f}s")
+    return {
+        "settings": asdict(s),
+        "data": {"people": len(people), "biographies": len(bios), "task0_qa": len(qa0), "task1_qa": len(qa1),
+                 "task0_probes": len(probes0), "task1_probes": len(probes1), "vocab_size": tok.vocab_size,
+                 "distinct_first_tokens": targets},
+        "pretrain": pretrain, "task0": task0_run, "methods": methods,
+        "seconds": time.monotonic() - t0,
+    }
+
+
+def settings_from(ns: argparse.Namespace, preset: Settings) -> Settings:
+    """Settings = preset, overridden by the flags given (None: keep the preset's)."""
+    values = asdict(preset)
+    for key in values:
+        v = getattr(ns, key, None)
+        if v is not None:
+            values[key] = tuple(v) if isinstance(values[key], tuple) else v
+    return Settings(**values)

@@ -1,0 +1,164 @@
+"""The synthetic biography benchmark: the generator, the first-token evaluation on a hand-made
+model, and a tiny end-to-end run of the protocol through tools/biography_benchmark.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from megatron_scale.bio import people as P
+from megatron_scale.bio.evaluate import Probe, first_token_accuracy, probes
+from megatron_scale.bio.texts import (
+    ANSWER_PREFIX,
+    QUESTIONS,
+    TEMPLATES,
+    all_qa,
+    biographies,
+    qa_pairs,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_people_are_deterministic_distinct_and_well_formed() -> None:
+    a, b = P.generate_people(300, seed=7), P.generate_people(300, seed=7)
+    assert a == b
+    assert P.generate_people(100, seed=7) == a[:100]
+    assert P.generate_people(300, seed=8) != a
+    assert len({p.name for p in a}) == 300
+    pools = {"birth_city": P.CITIES, "university": P.UNIVERSITIES, "major": P.MAJORS, "employer": P.EMPLOYERS}
+    for key, pool in pools.items():
+        assert len({v.split()[0] for v in pool}) == len(pool), f"{key}: first words repeat"
+        assert all(p.attribute(key) in pool for p in a)
+    for p in a:
+        assert re.fullmatch(rf"({'|'.join(P.MONTHS)}) ([1-9]|1\d|2[0-8]), (19|20)\d\d", p.birth_date), p.birth_date
+        assert p.employer_city == P.headquarters(p.employer)
+    for key in P.ATTRIBUTES:  # every attribute takes several values in a few hundred people
+        assert len({p.attribute(key) for p in a}) > 10
+
+
+def test_biographies_state_every_attribute_and_qa_answers_match() -> None:
+    people = P.generate_people(40, seed=3)
+    bios = biographies(people, per_person=4, seed=5)
+    assert bios == biographies(people, per_person=4, seed=5) and len(bios) == 160
+    for key, templates in TEMPLATES.items():
+        assert len(set(templates)) == len(templates) >= 3, key
+    used: set[str] = set()
+    for i, p in enumerate(people):
+        for bio in bios[4 * i : 4 * i + 4]:
+            sentences = re.split(r"(?<=\.) ", bio)
+            assert len(sentences) == len(P.ATTRIBUTES)
+            for key in P.ATTRIBUTES:
+                value = p.attribute(key)
+                hits = [s for s in sentences if value in s
+                        and any(re.fullmatch(re.escape(t).replace(r"\{name\}", re.escape(p.name))
+                                             .replace(r"\{value\}", re.escape(value)), s) for t in TEMPLATES[key])]
+                assert hits, (key, bio)
+                used.add(hits[0].replace(p.name, "{name}").replace(value, "{value}"))
+        qas = qa_pairs(p)
+        assert [q.attribute for q in qas] == list(P.ATTRIBUTES)
+        for q in qas:
+            assert q.prompt == QUESTIONS[q.attribute].format(name=p.name) + ANSWER_PREFIX
+            assert q.answer == p.attribute(q.attribute) and q.answer in bios[4 * i]
+            assert q.text == f"{q.prompt} {q.answer}."
+    assert len(used) > 3 * len(P.ATTRIBUTES)  # several templates of each attribute appear
+    assert len(all_qa(people)) == 6 * len(people)
+
+
+class _WordTokenizer:
+    """Each word or punctuation mark (with its leading space) one id."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return [self.vocab.setdefault(w, len(self.vocab) + 1) for w in re.findall(r"\s*\w+|\s*[^\w\s]", text)]
+
+
+class _NextTokenModel(nn.Module):
+    """logits[b, s] put their maximum on table[token at s], or on token 0 where there is no entry;
+    the output at a position depends on that position only (a trivially causal model)."""
+
+    def __init__(self, table: dict[int, int], vocab: int = 64) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+        self.table, self.vocab = table, vocab
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        assert mask.shape[-1] == tokens.shape[1] and mask.dtype == torch.bool
+        out = torch.zeros(*tokens.shape, self.vocab)
+        for b in range(tokens.shape[0]):
+            for s in range(tokens.shape[1]):
+                out[b, s, self.table.get(int(tokens[b, s]), 0)] = 1.0
+        return out
+
+
+def test_first_token_accuracy_on_a_hand_made_model() -> None:
+    people = P.generate_people(3, seed=1)
+    tok = _WordTokenizer()
+    qas = [q for p in people for q in qa_pairs(p)][:9]
+    items = probes(tok, qas)
+    answer_tag = tok.encode(ANSWER_PREFIX)[-1]  # every prompt ends in "\nAnswer:"
+    for it, q in zip(items, qas, strict=True):
+        assert it.prompt[-1] == answer_tag and it.target == tok.encode(" " + q.answer.split()[0])[0]
+    # the model answers with the first word of person 0's birth city after every prompt
+    city = tok.encode(" " + people[0].birth_city)[0]
+    model = _NextTokenModel({answer_tag: city})
+    model.train()
+    r = first_token_accuracy(model, items, batch_size=4)  # batches of unequal prompt lengths
+    hits = [int(i.target == city) for i in items]
+    assert r["accuracy"] == pytest.approx(sum(hits) / len(items)) and sum(hits) >= 1
+    assert r["per_attribute"]["birth_city"] == pytest.approx(
+        sum(h for h, i in zip(hits, items) if i.attribute == "birth_city") / 2)
+    assert model.training  # the mode is restored
+    # the position read is the prompt's last one: a model right only one step later scores 0
+    shifted = [Probe(i.prompt + (7,), i.target, i.attribute) for i in items]
+    assert first_token_accuracy(model, shifted)["accuracy"] == 0.0
+
+
+def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "bio"
+    cmd = [sys.executable, str(ROOT / "tools" / "biography_benchmark.py"), "--preset", "cpu", "--out", str(out),
+           "--methods", "full", "scale-route", "--pretrain-people", "16", "--task0-people", "8",
+           "--task1-people", "4", "--bios-per-person", "2", "--vocab-size", "400", "--num-layers", "2",
+           "--hidden-size", "64", "--num-attention-heads", "8", "--num-query-groups", "4", "--ffn-hidden-size", "128",
+           "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "4", "--pretrain-iters", "6",
+           "--task0-iters", "4", "--task1-iters", "4", "--eval-interval", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["full", "scale-route"]
+    assert results["data"]["task0_probes"] == 6 * 8 and results["data"]["task1_probes"] == 6 * 4
+    t0_end = results["task0"]["accuracy"]["task0"][-1]
+    for name, r in results["methods"].items():
+        assert r["steps"] == [0, 2, 4]
+        assert len(r["loss"]) == 4 and all(math.isfinite(x) for x in r["loss"])
+        for key in ("task0", "task1"):
+            assert all(0.0 <= v <= 1.0 for v in r["accuracy"][key])
+        # every method starts from the task-0 model: the same answers before its first step
+        assert r["accuracy"]["task0"][0] == pytest.approx(t0_end, abs=1 / 48 + 1e-9), name
+    route = results["methods"]["scale-route"]
+    assert route["preserve_fraction"]["task0"][0] is not None and results["methods"]["full"]["route"] == {}
+    first = route["route"]["task0"][0]  # before any step z_a == z_p: every answer token kept on z_p
+    assert first["answer_preserve_fraction"] == 1.0 and first["tau_sweep"]["-1.0"] == route["accuracy"]["task0"][0]
+    assert first["preserve_head_accuracy"] == route["accuracy"]["task0"][0]
+    for key in ("task0", "task1"):  # tau -1 always keeps z_p, tau > 1 always emits z_a
+        for d, routed in zip(route["route"][key], route["accuracy"][key], strict=True):
+            assert d["tau_sweep"]["-1.0"] == d["preserve_head_accuracy"]
+            assert d["tau_sweep"]["1.01"] == d["adapt_head_accuracy"]
+            assert d["tau_sweep"]["0.5"] == pytest.approx(routed, abs=2 / 24)  # the model's own tau
+    table = (out / "table.md").read_text()
+    assert table.count("\n| full |") == 1 and "| scale-route |" in table and table in done.stdout
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "--methods full scale-route" in results["command"]
