@@ -7,7 +7,9 @@
 The base path y = W x is computed by the same matmul megatron-core uses for its own linears, on
 the same TP partition, followed (row-parallel) by the same-sized all-reduce, so under Preserve the
 original outputs are bitwise those of the base model. The new rows are one GEMM over the whole
-local input [x; x_up]. Per-rank shapes and the checkpoint layout are in `partition.py`.
+local input [x; x_up]; forward and backward are one autograd Function (`fused.py`) that issues no
+weight-gradient GEMM for W and accumulates the input gradient in one buffer. Per-rank shapes and
+the checkpoint layout are in `partition.py`.
 
 Both classes take megatron-core's linear constructor arguments (LinearQkvBuilder / LinearFc1Builder
 protocols) plus a keyword `split: BlockSplit`, bound by the layer spec with functools.partial.
@@ -27,9 +29,9 @@ from megatron_scale.model.partition import (
     column_input,
     dp_group,
     expansion_sharded_state_dict,
-    interleave_chunks,
     param_device,
 )
+from megatron_scale.model.fused import upscaled_gemm
 
 
 def _param(shape: tuple[int, int], config: Any, trainable: bool) -> nn.Parameter:
@@ -130,12 +132,6 @@ class _UpscaledLinear(nn.Module):
         )
 
 
-def _matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    # megatron-core's linears compute torch.matmul(input, weight.t()); the base path must use the
-    # very same call for bitwise preservation.
-    return torch.matmul(x, w.t())
-
-
 class ScaleColumnParallelLinear(_UpscaledLinear):
     """Column-parallel upscaled linear (linear_qkv, linear_fc1).
 
@@ -182,12 +178,7 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
         if weight is not None:
             raise ValueError("ScaleColumnParallelLinear owns its weights; an external weight is not supported")
         x_full = column_input(input_, self.tp_size, self.sequence_parallel, self.tp_group)
-        x = x_full[..., : self.in_local]
-        y = _matmul(x, self.weight)
-        if self.weight_12 is not None:
-            y = y + _matmul(x_full[..., self.in_local :], self.weight_12)
-        y_up = _matmul(x_full, self.weight_up)
-        out = interleave_chunks(y, y_up, self.split.chunks)
+        out = upscaled_gemm(x_full, self.weight, self.weight_up, self.weight_12, chunks=self.split.chunks)
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather and self.tp_size > 1:
             out = mc.gather_from_tensor_model_parallel_region(out, group=self.tp_group)
@@ -242,9 +233,7 @@ class ScaleRowParallelLinear(_UpscaledLinear):
         return mc.reduce_from_tensor_model_parallel_region(t, group=self.tp_group)
 
     def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
-        x = input_[..., : self.in_local]
-        y = _matmul(x, self.weight)
-        if self.weight_12 is not None:
-            y = y + _matmul(input_[..., self.in_local :], self.weight_12)
-        y_up = _matmul(input_, self.weight_up)
+        if self.tp_size == 1:
+            return upscaled_gemm(input_, self.weight, self.weight_up, self.weight_12), None
+        y, y_up = upscaled_gemm(input_, self.weight, self.weight_up, self.weight_12, assemble=False)
         return torch.cat((self._reduce(y), self._reduce(y_up)), dim=-1), None

@@ -1,0 +1,132 @@
+"""The local fast path of an upscaled linear: one autograd Function, three GEMMs forward.
+
+    [ y    ]   [ W    W12 ] [ x    ]      forward:  y    = x W^T (+ x_up W12^T)   base GEMM, alone
+    [ y_up ] = [ W21  W22 ] [ x_up ]                y_up = [x; x_up] [W21 W22]^T  one GEMM, whole input
+
+    backward: dX      = dy_up [W21 W22]                 one GEMM, writes the whole [dx; dx_up]
+              dX[:n] += dy W,  dX[n:] += dy W12         in place, on views of dX (addmm_)
+              d[W21 W22] = dy_up^T [x; x_up],  dW12 = dy^T x_up
+              W gets nothing: it is frozen, so no weight-gradient GEMM is ever issued for it.
+
+Why a Function rather than plain autograd: autograd's backward of the slice x = X[..., :n] builds
+a zero tensor of X's full size and adds into it, once per slice, and the concatenation of outputs
+is a copy forward and a split backward. Here the input gradient is one buffer that the GEMMs
+accumulate into, the inputs are views, and (with `assemble`) the new rows are written straight into
+the layer's output buffer.
+
+Exact preservation: y is computed by `torch.matmul(x, W.t())` into a tensor of its own, the very
+call (and output layout) megatron-core's linears make, then copied into place. Writing the base
+GEMM straight into a strided slice of the output would also be one GEMM, but with a different
+leading dimension, and cuBLAS may then pick another kernel; the copy is cheap beside the GEMM.
+
+Layout: with `chunks` c (2 for SwiGLU's [gate; up]) the assembled local output is
+[y_0, y_up_0, ..., y_{c-1}, y_up_{c-1}] (partition.py); row j-th chunk of W/W12/[W21 W22] feeds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _rows(t: torch.Tensor, chunks: int) -> tuple[torch.Tensor, ...]:
+    return (t,) if chunks == 1 else t.chunk(chunks, dim=0)
+
+
+def _cols(t: torch.Tensor, sizes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    return t.split(sizes, dim=-1)
+
+
+class UpscaledGemm(torch.autograd.Function):
+    """(x_full [.., n+n'], W [m, n], weight_up [m', n+n'], W12 [m, n'] | None) ->
+    the interleaved output [.., m+m'] if `assemble`, else (y [.., m], y_up [.., m'])."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x_full: torch.Tensor,
+        weight: torch.Tensor,
+        weight_up: torch.Tensor,
+        weight_12: torch.Tensor | None,
+        chunks: int,
+        assemble: bool,
+    ) -> Any:
+        n = weight.shape[1]
+        m, m_up = weight.shape[0], weight_up.shape[0]
+        lead = x_full.shape[:-1]
+        x2 = x_full.reshape(-1, x_full.shape[-1])
+        # Base rows: megatron-core's own call, own buffer (bitwise the base model).
+        y = torch.matmul(x_full[..., :n], weight.t())
+        if weight_12 is not None:
+            y = y + torch.matmul(x_full[..., n:], weight_12.t())
+        ctx.save_for_backward(x_full, weight, weight_up, weight_12)
+        ctx.chunks, ctx.assemble = chunks, assemble
+        if not assemble:
+            return y, torch.matmul(x_full, weight_up.t())
+        out = x2.new_empty(x2.shape[0], m + m_up)
+        mb, mu = m // chunks, m_up // chunks
+        pieces = _cols(out, (mb, mu) * chunks)
+        y2 = y.reshape(-1, m)
+        if chunks == 1:
+            torch.mm(x2, weight_up.t(), out=pieces[1])  # new rows straight into the output
+        else:
+            y_up = torch.mm(x2, weight_up.t())
+            for j, part in enumerate(_cols(y_up, (mu,) * chunks)):
+                pieces[2 * j + 1].copy_(part)
+        for j, part in enumerate(_cols(y2, (mb,) * chunks)):
+            pieces[2 * j].copy_(part)
+        return out.view(*lead, m + m_up)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        x_full, weight, weight_up, weight_12 = ctx.saved_tensors
+        chunks = ctx.chunks
+        n = weight.shape[1]
+        m, m_up = weight.shape[0], weight_up.shape[0]
+        mb, mu = m // chunks, m_up // chunks
+        x2 = x_full.reshape(-1, x_full.shape[-1])
+        if ctx.assemble:
+            g = grads[0].reshape(-1, m + m_up)
+            parts = _cols(g, (mb, mu) * chunks)
+            dy, dy_up = parts[0::2], parts[1::2]
+        else:
+            dy = _cols(grads[0].reshape(-1, m), (mb,) * chunks)
+            dy_up = _cols(grads[1].reshape(-1, m_up), (mu,) * chunks)
+        w_rows, up_rows = _rows(weight, chunks), _rows(weight_up, chunks)
+        w12_rows = _rows(weight_12, chunks) if weight_12 is not None else None
+
+        grad_x = grad_up = grad_12 = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.mm(dy_up[0], up_rows[0])
+            for j in range(1, chunks):
+                grad_x.addmm_(dy_up[j], up_rows[j])
+            gx, gx_up = grad_x[:, :n], grad_x[:, n:]
+            for j in range(chunks):
+                gx.addmm_(dy[j], w_rows[j])
+                if w12_rows is not None:
+                    gx_up.addmm_(dy[j], w12_rows[j])
+            grad_x = grad_x.view(x_full.shape)
+        if ctx.needs_input_grad[2]:
+            grad_up = torch.empty_like(weight_up)
+            for j, rows in enumerate(_rows(grad_up, chunks)):
+                torch.mm(dy_up[j].t(), x2, out=rows)
+        if weight_12 is not None and ctx.needs_input_grad[3]:
+            grad_12 = torch.empty_like(weight_12)
+            x_up2 = x2[:, n:]
+            for j, rows in enumerate(_rows(grad_12, chunks)):
+                torch.mm(dy[j].t(), x_up2, out=rows)
+        return grad_x, None, grad_up, grad_12, None, None
+
+
+def upscaled_gemm(
+    x_full: torch.Tensor,
+    weight: torch.Tensor,
+    weight_up: torch.Tensor,
+    weight_12: torch.Tensor | None,
+    *,
+    chunks: int = 1,
+    assemble: bool = True,
+) -> Any:
+    """Apply the upscaled block matrix to the local input (see the module docstring)."""
+    return UpscaledGemm.apply(x_full, weight, weight_up, weight_12, chunks, assemble)
