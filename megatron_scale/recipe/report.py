@@ -1,0 +1,141 @@
+"""The recipe's comparison: English perplexity (forgetting) and Korean perplexity (learning) of
+every method against the base, from the training entry's metrics JSONL files.
+
+Each run's last `eval/<name>` records are its final numbers; the baseline is a run of the base
+model's own evaluation (the tiny base's pre-training, or one zero-LR step on a converted base),
+on the same held-out sets, sequence length, batch and --eval-iters. Outputs are written
+atomically: results.json (every number), report.md (the table) and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LABELS = {
+    "scale-preserve": "SCALE-Preserve", "scale-adapt": "SCALE-Adapt", "scale-route": "SCALE-Route",
+    "full": "full fine-tuning", "freeze": "Freeze", "llama-pro": "LLaMA-Pro", "lora": "LoRA",
+}
+
+
+@dataclass(kw_only=True)
+class Row:
+    """One method's final evaluation next to the base's."""
+
+    method: str
+    """--method of the run."""
+    iteration: int
+    """Iteration of its last evaluation."""
+    ppl: dict[str, float]
+    """Perplexity per evaluation set (en, ko, ...)."""
+    preserve_fraction: dict[str, float]
+    """SCALE-Route: share of tokens the router sent to the preservation head, per set."""
+
+
+def last_eval(metrics: str | os.PathLike) -> tuple[int, dict[str, dict]]:
+    """The last iteration's `eval/<name>` records of a metrics JSONL file."""
+    path = Path(metrics)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics file {path} does not exist (did the run finish?)")
+    evals: dict[int, dict[str, dict]] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e})") from e
+        kind = rec.get("kind", "")
+        if kind.startswith("eval/"):
+            evals.setdefault(rec["iteration"], {})[kind[5:]] = rec
+    if not evals:
+        raise ValueError(f"{path}: no evaluation records (run with --eval-interval and --eval-data-path)")
+    it = max(evals)
+    return it, evals[it]
+
+
+def row(method: str, metrics: str | os.PathLike) -> Row:
+    it, recs = last_eval(metrics)
+    return Row(method=method, iteration=it, ppl={k: float(r["ppl"]) for k, r in recs.items()},
+               preserve_fraction={k: float(r["preserve_fraction"]) for k, r in recs.items() if "preserve_fraction" in r})
+
+
+def checks(base: Row, rows: list[Row], old: str = "en", new: str = "ko") -> dict[str, bool]:
+    """The claims the recipe shows: new-language perplexity falls for every method, and
+    SCALE-Preserve forgets less of the old language than full fine-tuning (when both ran)."""
+    out = {f"{new} perplexity falls for {r.method}": r.ppl[new] < base.ppl[new] for r in rows}
+    by = {r.method: r for r in rows}
+    if "scale-preserve" in by and "full" in by:
+        out[f"scale-preserve forgets less {old} than full"] = (
+            by["scale-preserve"].ppl[old] - base.ppl[old] < by["full"].ppl[old] - base.ppl[old]
+        )
+    return out
+
+
+def table(base: Row, rows: list[Row], old: str = "en", new: str = "ko") -> str:
+    head = (f"| method | {old} PPL (forgetting) | {old} change | {new} PPL (learning) | {new} change "
+            f"| routed to preservation head ({old} / {new}) |")
+    lines = [head, "|" + "---|" * 6, f"| base (iteration {base.iteration}) | {base.ppl[old]:.2f} | | {base.ppl[new]:.2f} | | |"]
+    for r in rows:
+        route = (f"{r.preserve_fraction.get(old, math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
+                 if r.preserve_fraction else "")
+        lines.append(
+            f"| {LABELS.get(r.method, r.method)} | {r.ppl[old]:.2f} | {_pct(r.ppl[old], base.ppl[old])} "
+            f"| {r.ppl[new]:.2f} | {_pct(r.ppl[new], base.ppl[new])} | {route} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _pct(after: float, before: float) -> str:
+    return f"{100.0 * (after / before - 1.0):+.1f}%"
+
+
+def plot(base: Row, rows: list[Row], path: Path, old: str = "en", new: str = "ko") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    names = [LABELS.get(r.method, r.method) for r in rows]
+    for ax, lang, title in ((axes[0], old, f"{old}: forgetting (lower is better)"),
+                            (axes[1], new, f"{new}: learning (lower is better)")):
+        ax.bar(names, [r.ppl[lang] for r in rows], color="tab:blue")
+        ax.axhline(base.ppl[lang], color="tab:red", linestyle="--", label=f"base {base.ppl[lang]:.1f}")
+        ax.set_title(title)
+        ax.set_ylabel("perplexity")
+        ax.tick_params(axis="x", rotation=20)
+        ax.legend()
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+
+
+def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
+    tmp = path.with_name(path.name + ".partial")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
+                 old: str = "en", new: str = "ko") -> dict:
+    """Read every run, write results.json, report.md and perplexity.png under out_dir; return
+    the results (with the table under "table")."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = row("base", base_metrics)
+    rows = [row(m, p) for m, p in runs.items()]
+    for r in [base, *rows]:
+        missing = {old, new} - set(r.ppl)
+        if missing:
+            raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} (--eval-data-path {old}=... {new}=...)")
+    text = table(base, rows, old, new)
+    results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
+               "table": text}
+    _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
+    _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
+    plot(base, rows, out / "perplexity.png", old, new)
+    return results

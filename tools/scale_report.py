@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Forgetting / learning table of the recipe's runs, from their metrics JSONL files.
+
+    python tools/scale_report.py --base runs/base/metrics.jsonl \
+        --run scale-preserve=runs/scale-preserve/metrics.jsonl --run full=runs/full/metrics.jsonl \
+        --output report/
+
+prints the table and writes report/results.json, report/report.md and report/perplexity.png.
+All the work is in megatron_scale.recipe.report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="metrics JSONL holding the base model's evaluation")
+    p.add_argument("--run", action="append", required=True, metavar="METHOD=METRICS", help="one per method")
+    p.add_argument("--output", required=True, help="folder for results.json, report.md, perplexity.png")
+    p.add_argument("--old", default="en", help="evaluation set that measures forgetting")
+    p.add_argument("--new", default="ko", help="evaluation set that measures learning")
+    args = p.parse_args(argv)
+    runs = {}
+    for item in args.run:
+        method, sep, path = item.partition("=")
+        if not sep or not method or not path:
+            p.error(f"--run {item!r}: expected METHOD=METRICS")
+        runs[method] = path
+    from megatron_scale.recipe.report import write_report
+
+    try:
+        results = write_report(args.base, runs, args.output, args.old, args.new)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"scale_report.py: error: {e}", file=sys.stderr)
+        return 2
+    print(results["table"], end="")
+    for claim, ok in results["checks"].items():
+        print(f"{'yes' if ok else 'NO '}  {claim}")
+    print(f"written: {args.output}/results.json, report.md, perplexity.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
