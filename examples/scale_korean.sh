@@ -48,7 +48,7 @@ fi
 : "${METHODS:=scale-preserve scale-adapt scale-route full}"
 : "${TP:=2}" "${PP:=1}" "${NPROC:=2}" "${DEVICE:=cpu}"
 : "${MICRO_BATCH:=8}" "${GLOBAL_BATCH:=16}" "${SEQ_LENGTH:=128}"
-: "${LR:=3e-3}" "${MIN_LR:=3e-4}" "${WARMUP_ITERS:=10}" "${TRAIN_ITERS:=150}"
+: "${LR:=3e-3}" "${MIN_LR:=3e-4}" "${WARMUP_ITERS:=10}" "${TRAIN_ITERS:=100}"
 : "${BASE_ITERS:=300}" "${BASE_LR:=3e-3}"     # tiny base pre-training only
 : "${EVAL_ITERS:=4}" "${EVAL_INTERVAL:=$TRAIN_ITERS}" "${SAVE_INTERVAL:=50}" "${LOG_INTERVAL:=10}"
 : "${MODEL_FLAGS:=--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-query-groups 8 --ffn-hidden-size 384}"

@@ -57,7 +57,7 @@ def ensure_slurm() -> None:
         raise SlurmUnavailable(f"`unshare -m` is not permitted here ({r.stderr.strip()}); node names could not resolve")
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -91,7 +91,7 @@ class SlurmCluster:
 
     def _write_config(self, socket_path: Path) -> None:
         host = socket.gethostname().split(".")[0]
-        ctld, *slurmd = _free_ports(1 + self.nodes)
+        ctld, *slurmd = free_ports(1 + self.nodes)
         mem = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) // 1024
         b = self.base
         lines = [

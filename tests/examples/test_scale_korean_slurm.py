@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.slurm_cluster import SlurmCluster, SlurmUnavailable, ensure_slurm
+from tests.examples.slurm_cluster import (
+    SlurmCluster,
+    SlurmUnavailable,
+    ensure_slurm,
+    free_ports,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +43,7 @@ def test_sbatch_tiny_pipeline_on_two_nodes(cluster: SlurmCluster, tmp_path: Path
         "PYTHON": sys.executable, "WORKDIR": str(work), "METHODS": "scale-preserve",
         "BASE_ITERS": "4", "TRAIN_ITERS": "4", "WARMUP_ITERS": "1", "SAVE_INTERVAL": "4",
         "EVAL_ITERS": "1", "LOG_INTERVAL": "1", "OMP_NUM_THREADS": "1",
+        "MASTER_PORT": str(free_ports(1)[0]),  # not the script's job-id default: other runs may share the host
     }
     # the header asks for 8 GPUs x 8 tasks per node; sbatch's own flags override it
     job = cluster.submit(str(REPO / "examples" / "scale_korean.sh"), "--nodes=2", "--ntasks-per-node=1",
