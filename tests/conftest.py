@@ -7,9 +7,12 @@ import pytest
 import torch
 
 
-def requires_gpus(n: int = 1) -> pytest.MarkDecorator:
-    """Mark a test as needing `n` CUDA devices: `gpu` marker plus a skip that says why."""
+def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)
+    """Mark a test as needing `n` CUDA devices: the `gpu` marker plus a skip that says why."""
     have = torch.cuda.device_count()
-    return pytest.mark.gpu(
-        pytest.mark.skipif(have < n, reason=f"needs {n} CUDA device(s), found {have}")
-    )
+    skip = pytest.mark.skipif(have < n, reason=f"needs {n} CUDA device(s), found {have}")
+
+    def mark(fn):  # noqa: ANN001, ANN202
+        return pytest.mark.gpu(skip(fn))
+
+    return mark
