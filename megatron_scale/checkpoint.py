@@ -12,6 +12,8 @@ the model's sharded state dict, since the optimizer's entries are built from it.
 Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
 mid-save never leaves a directory that looks complete. Checkpoints whose common state is a
 pickled common.pt (megatron-core's legacy layout) are refused rather than unpickled.
+A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the newest in
+`<save>/latest_checkpointed_iteration.txt` (Megatron-LM's marker); `latest_iteration_dir` reads it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,25 @@ class CheckpointError(RuntimeError):
 
 
 Extra = Callable[[dict], dict] | None
+MARKER = "latest_checkpointed_iteration.txt"
+
+
+def iteration_dir(save: str | os.PathLike, iteration: int) -> Path:
+    return Path(save) / f"iter_{iteration:07d}"
+
+
+def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
+    """The checkpoint the marker under `root` names, or None when `root` holds no run."""
+    marker = Path(root) / MARKER
+    if not marker.exists():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"--load {root}: {MARKER} holds {text!r}, not an iteration number")
+    path = iteration_dir(root, int(text))
+    if not path.is_dir():
+        raise ValueError(f"--load {root}: {MARKER} names iteration {text} but {path} is missing")
+    return path
 
 
 def _dims_record(model: nn.Module) -> dict[str, Any] | None:

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tokenizer-model", default=None, help="tokenizer.json, a folder holding one, or a .model")
     g.add_argument("--max-position-embeddings", type=int, default=None)
     g.add_argument("--rotary-base", type=int, default=10000)
+    g.add_argument("--use-rope-scaling", action="store_true", help="Llama 3.x RoPE frequency scaling")
+    g.add_argument("--rope-scaling-factor", type=float, default=8.0, help="with --use-rope-scaling")
     g.add_argument("--norm-epsilon", type=float, default=1e-5)
     g.add_argument("--untie-embeddings-and-output-weights", action="store_true")
     g.add_argument("--init-method-std", type=float, default=0.02)

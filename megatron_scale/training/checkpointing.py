@@ -12,6 +12,7 @@ the one a resume finds.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from pathlib import Path
@@ -22,28 +23,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
-
-MARKER = "latest_checkpointed_iteration.txt"
-
-
-def iteration_dir(save: str | os.PathLike, iteration: int) -> Path:
-    return Path(save) / f"iter_{iteration:07d}"
-
-
-def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
-    """The checkpoint the marker under `root` names, or None when `root` holds no run."""
-    marker = Path(root) / MARKER
-    if not marker.exists():
-        return None
-    text = marker.read_text().strip()
-    if not text.isdigit():
-        raise ValueError(f"--load {root}: {MARKER} holds {text!r}, not an iteration number")
-    path = iteration_dir(root, int(text))
-    if not path.is_dir():
-        raise ValueError(f"--load {root}: {MARKER} names iteration {text} but {path} is missing")
-    return path
-
+from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 
 def _rng_state() -> dict[str, Any]:
     return {
@@ -68,6 +48,36 @@ def _rng_object(state: Any) -> Any:
         (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
         replica_id=ps.get_data_parallel_rank(),
     )
+
+
+def _tree_map(fn: Any, tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_tree_map(fn, v) for v in tree]
+    return fn(tree)
+
+
+def _per_layer(entry: Any) -> Any:
+    """An optimizer-state entry of a layer-stacked parameter, keyed per layer instead.
+
+    megatron-core stacks the layers of a parameter into one global tensor [L, ...], and a saved
+    global tensor must be complete. Freeze and LLaMA-Pro train only some layers, so Adam's moments
+    exist for only some rows of [L, ...]; keyed per layer (`<key>.layer<i>`, the layer axis
+    dropped) each is complete. Factories (SwiGLU's fc1) get the same treatment on what they build."""
+    if isinstance(entry, mc.ShardedTensorFactory):
+        return dataclasses.replace(entry, build_fn=lambda *a, _build=entry.build_fn: _tree_map(_per_layer, _build(*a)))
+    if isinstance(entry, mc.ShardedTensor) and entry.prepend_axis_num >= 1 and ".layers." in entry.key:
+        return dataclasses.replace(
+            entry, key=f"{entry.key}.layer{entry.global_offset[0]}", global_shape=entry.global_shape[1:],
+            global_offset=entry.global_offset[1:], axis_fragmentations=entry.axis_fragmentations[1:],
+            prepend_axis_num=entry.prepend_axis_num - 1,
+        )
+    return entry
+
+
+def _optimizer_entries(optimizer: Any, model_sd: dict, loading: bool, meta: dict[str, str] | None) -> Any:
+    return _tree_map(_per_layer, optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta))
 
 
 def optimizer_metadata(distributed: bool) -> dict[str, str]:
@@ -101,12 +111,14 @@ def _set_adam_step(optimizer: Any, step: float | None) -> None:
 
 def save_run(
     save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
-    optimizer_meta: dict[str, str] | None = None,
+    optimizer_meta: dict[str, str] | None = None, model_args: dict[str, Any] | None = None,
 ) -> Path:
-    """Collective: every rank calls. Returns the iteration directory."""
+    """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
+    architecture, training/model_args.py) goes into the common state for the export tool."""
     def extra(model_sd: dict) -> dict:
         return {
-            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=False, metadata=optimizer_meta),
+            **({"model_args": model_args} if model_args is not None else {}),
+            "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_meta),
             "rng_state": _rng_object(_rng_state()),
             "train_state": {
                 "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
@@ -136,7 +148,7 @@ def load_run(
 
     def extra(model_sd: dict) -> dict:
         return {
-            "optimizer": optimizer.sharded_state_dict(model_sd, is_loading=True, metadata=optimizer_meta),
+            "optimizer": _optimizer_entries(optimizer, model_sd, True, optimizer_meta),
             "rng_state": _rng_object(None),
         }
 

@@ -24,10 +24,12 @@ from megatron_scale import _mcore as mc
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.builder import output_layers
 from megatron_scale.training import arguments as A
-from megatron_scale.training.checkpointing import latest_iteration_dir, load_run, optimizer_metadata, save_run
+from megatron_scale.checkpoint import latest_iteration_dir
+from megatron_scale.training.checkpointing import load_run, optimizer_metadata, save_run
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import build_model, load_initial_weights
+from megatron_scale.training.model_args import recorded_model_args, run_model_args
 
 
 class StopTraining(RuntimeError):
@@ -46,6 +48,7 @@ class Run:
     num_microbatches: int
     dp_rank: int
     dp_size: int
+    model_args: dict[str, Any]
     iteration: int = 0
     consumed: int = 0
 
@@ -54,7 +57,8 @@ class Run:
         return optimizer_metadata(self.args.use_distributed_optimizer)
 
     def save(self) -> None:
-        save_run(self.args.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed, self.optimizer_meta)
+        save_run(self.args.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
+                 self.optimizer_meta, self.model_args)
 
 
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
@@ -99,9 +103,12 @@ def _schedule(run: Run, data: Any, forward_only: bool) -> list[dict]:
 def setup(args: argparse.Namespace) -> Run:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     A.validate(args, world)
+    resume = latest_iteration_dir(args.load) if args.load else None
+    source = resume or args.load
+    model_args = run_model_args(args, recorded_model_args(source) if source else None,
+                                where=f"--load {source}", resuming=resume is not None)
     init_distributed(args.tensor_model_parallel_size, args.pipeline_model_parallel_size, seed=args.seed, device=args.device)
     model = build_model(args)
-    resume = latest_iteration_dir(args.load) if args.load else None
     if args.load and resume is None:
         load_initial_weights(model, args.load)
     ddp = mc.DistributedDataParallel(
@@ -142,6 +149,7 @@ def setup(args: argparse.Namespace) -> Run:
         args=args, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
         log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=args.tensorboard_dir, train_iters=args.train_iters),
         num_microbatches=gb // (args.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
+        model_args=model_args,
     )
     if resume is not None:
         run.iteration, run.consumed = load_run(resume, model, optimizer, scheduler, run.optimizer_meta)

@@ -60,6 +60,7 @@ def build_model(args: argparse.Namespace) -> Any:
         vocab_size=args.vocab_size,
         max_sequence_length=args.max_position_embeddings or args.seq_length,
         position_embedding_type="rope", rotary_base=args.rotary_base,
+        rope_scaling=args.use_rope_scaling, rope_scaling_factor=args.rope_scaling_factor,
         pre_process=mc.parallel_state.is_pipeline_first_stage(),
         post_process=mc.parallel_state.is_pipeline_last_stage(),
     )
