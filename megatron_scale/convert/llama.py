@@ -13,6 +13,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfig
 from megatron_scale.convert.model_args import LlamaArgs
 from megatron_scale.model.builder import build_scale_gpt
+from megatron_scale.model.lora import LoraSettings, init_lora_model, lora_layer_spec
 from megatron_scale.model.spec import llama_block_spec
 
 
@@ -39,8 +40,25 @@ def scale_config_from_record(dims: dict[str, Any]) -> ScaleConfig:
     )
 
 
-def build_model(args: LlamaArgs, dims: dict[str, Any] | None, tp: int, pp: int) -> Any:
-    """The plain Llama GPTModel (dims None) or the SCALE model of a recorded geometry."""
+def build_lora_gpt(args: LlamaArgs, lora: dict[str, Any], tp: int, pp: int) -> Any:
+    """The GPTModel `--method lora` trains, for a recorded LoRA rank and alpha."""
+    settings = LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"]))
+    cfg = args.transformer_config(tp, pp)
+    model = mc.GPTModel(
+        cfg, lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), settings, gated=True),
+        pre_process=mc.parallel_state.is_pipeline_first_stage(),
+        post_process=mc.parallel_state.is_pipeline_last_stage(),
+        **args.gpt_kwargs(),
+    )
+    init_lora_model(model, settings)
+    return model
+
+
+def build_model(args: LlamaArgs, dims: dict[str, Any] | None, tp: int, pp: int, lora: dict[str, Any] | None = None) -> Any:
+    """The plain Llama GPTModel (dims None), its LoRA version (lora: the recorded rank and
+    alpha) or the SCALE model of a recorded geometry."""
+    if lora is not None:
+        return build_lora_gpt(args, lora, tp, pp)
     if dims is None:
         return build_llama_gpt(args, tp, pp)
     kw = args.gpt_kwargs()

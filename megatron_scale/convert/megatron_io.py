@@ -1,5 +1,9 @@
 """Reading a megatron-core dist checkpoint (torch_dist) tensor by tensor, without ranks.
 
+The directory may be a checkpoint or a training run's --save directory (its newest checkpoint,
+as latest_checkpointed_iteration.txt names it). A LoRA checkpoint's adapters can be read merged
+into their base weights (`get_merged`).
+
 Each tensor is read as its global (layout-independent) value through torch.distributed.checkpoint
 with no process group: a checkpoint saved at any TP/PP reads the same, and only one tensor (all
 layers of one key) is in memory at a time. The common state gives the model arguments that
@@ -17,6 +21,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.convert.model_args import ConversionError, LlamaArgs
 
 MODEL_ARGS = "model_args"
@@ -29,6 +34,10 @@ class MegatronReader:
         self.dir = Path(directory)
         if not self.dir.is_dir():
             raise ConversionError(f"checkpoint directory {self.dir} does not exist")
+        try:  # a training run's --save directory: its newest checkpoint
+            self.dir = latest_iteration_dir(self.dir) or self.dir
+        except ValueError as e:
+            raise ConversionError(str(e)) from e
         if (self.dir / "common.pt").exists():
             raise ConversionError(f"{self.dir}: legacy checkpoint with a pickled common.pt; refusing to unpickle it")
         if not (self.dir / ".metadata").is_file():
@@ -57,6 +66,22 @@ class MegatronReader:
     def scale_dims(self) -> dict[str, Any] | None:
         return (self.common.get("scale") or {}).get("dims")
 
+    @property
+    def lora(self) -> dict[str, Any] | None:
+        """LoRA rank and alpha of a `--method lora` checkpoint, else None."""
+        return (self.common.get("scale") or {}).get("lora")
+
+    def get_merged(self, key: str) -> torch.Tensor:
+        """`get`, with the LoRA adapters beside a weight merged into it: W + (alpha / r) B A,
+        per layer ([L, out, r] @ [L, r, in]), computed in fp32."""
+        w = self.get(key)
+        stem = key.removesuffix("weight")
+        if self.lora is None or not key.endswith("weight") or stem + "lora_a" not in self.meta:
+            return w
+        a, b = self.get(stem + "lora_a").float(), self.get(stem + "lora_b").float()
+        scaling = float(self.lora["alpha"]) / int(self.lora["rank"])
+        return (w.float() + scaling * torch.matmul(b, a)).to(w.dtype)
+
     def model_args(self, override: str | os.PathLike | None = None) -> LlamaArgs:
         """The recorded model arguments, or those of `override` (--model-args FILE.json)."""
         if override is not None:
@@ -69,7 +94,8 @@ class MegatronReader:
         if MODEL_ARGS not in self.common:
             raise ConversionError(
                 f"{self.dir}: the checkpoint records no model arguments (it was not written by "
-                "convert_hf_to_megatron or upscale_checkpoint); pass --model-args FILE.json"
+                "convert_hf_to_megatron, upscale_checkpoint or a training run that records them); "
+                "pass --model-args FILE.json"
             )
         return LlamaArgs.from_json(self.common[MODEL_ARGS], where=f"{self.dir}: model_args")
 

@@ -70,7 +70,7 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
     reader.check_shapes(keymap.megatron_shapes(args))
     total = len(keymap.hf_shapes(args))
     with tqdm(total=total, desc="writing HF tensors", unit="tensor", disable=not progress) as bar:
-        items = keymap.megatron_to_hf(reader.get, args)
+        items = keymap.megatron_to_hf(reader.get_merged, args)
         summary = write_shards(_cast(items, DTYPES[dtype], bar), tmp, max_shard_bytes)
     write_json(tmp / "config.json", args.with_dtype(dtype).to_hf_config())
     return summary
@@ -97,13 +97,13 @@ def convert_megatron_to_hf(
             if dims is not None:
                 _check_preservable(reader)
             summary = export_plain(reader, args, tmp, out_dtype, max_shard_bytes, progress)
-            kind = "llama" if dims is None else "llama (preservation head)"
+            kind = "llama (preservation head)" if dims is not None else "llama (LoRA merged)" if reader.lora else "llama"
         if tokenizer is not None:
             copy_tokenizer(tokenizer, tmp)
         result = summarize(summary, Path(out_dir), args, kind, out_dtype)
         if verify:
             err = verifier.compare(
-                str(reader.dir), str(tmp), args, dims, head="preserve" if preserve_head_only else "auto",
+                str(reader.dir), str(tmp), args, dims, lora=reader.lora, head="preserve" if preserve_head_only else "auto",
                 trust_remote_code=dims is not None and not preserve_head_only,
             )
             result["verify_max_abs_error"] = err

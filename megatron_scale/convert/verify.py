@@ -39,9 +39,10 @@ def load_fp32(model: Any, reader: MegatronReader) -> None:
     load_global_state_dict(model, {k: reader.get(k).float() for k in keys}, strict=True)
 
 
-def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str) -> torch.Tensor:
+def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lora: dict | None, ids: torch.Tensor,
+                          head: str) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
-    model = build_model(dataclasses.replace(args, params_dtype="float32"), dims, 1, 1).eval()
+    model = build_model(dataclasses.replace(args, params_dtype="float32"), dims, 1, 1, lora=lora).eval()
     load_fp32(model, reader)
     if dims is None:
         return megatron_forward(model, ids)
@@ -49,8 +50,9 @@ def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids
         return megatron_forward(model, ids)
 
 
-def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str = "auto") -> torch.Tensor:
-    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, ids, head)[0]
+def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str = "auto",
+                    lora: dict | None = None) -> torch.Tensor:
+    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head)[0]
 
 
 def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False) -> torch.Tensor:
@@ -61,10 +63,11 @@ def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False) -
         return model(ids).logits
 
 
-def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: dict | None, *, head: str = "auto",
-            trust_remote_code: bool = False) -> float:
-    """Max |logit difference| between the checkpoint and the exported folder."""
+def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: dict | None, *, lora: dict | None = None,
+            head: str = "auto", trust_remote_code: bool = False) -> float:
+    """Max |logit difference| between the checkpoint and the exported folder. A LoRA checkpoint
+    runs as the LoRA model it is (adapters unmerged), so the merge is checked too."""
     ids = sample_tokens(args.vocab_size)
-    ref = megatron_logits(ckpt_dir, args, dims, ids, head)
+    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora)
     got = hf_logits(folder, ids, trust_remote_code)
     return float((ref - got).abs().max())

@@ -238,11 +238,16 @@ def test_each_method_trains_what_its_formula_counts() -> None:
                    "scale-route": preserve, "llama-pro": 2 * layer, "lora-r8": lora(8), "lora-r2": lora(2)}
 
 
-def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict) -> None:
+@pytest.fixture(scope="module")
+def pro_run(work: dict) -> dict[int, float]:
+    return losses(train(1, work["root"] / "pro.jsonl", "--method", "llama-pro", "--llama-pro-blocks", "2",
+                        "--train-iters", str(ITERS), *_cont(work), "--save", str(work["root"] / "pro")))
+
+
+def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict, pro_run: dict) -> None:
     """Through the entry: the expanded model starts at the base's loss on the same batch (it is
     the base function) and only its new blocks learn."""
-    pro = losses(train(1, work["root"] / "pro.jsonl", "--method", "llama-pro", "--llama-pro-blocks", "2",
-                       "--train-iters", str(ITERS), *_cont(work)))
+    pro = pro_run
     assert pro[1] == pytest.approx(tp1_cont[1], abs=1e-6)
     assert pro[ITERS] < pro[1]
 
@@ -394,3 +399,59 @@ def test_lora_starts_at_the_base_and_its_checkpoints_reshard(work: dict, lora_ru
         assert r["dropout_eval_same"] and r["dropout_train_differs"]
         msg = r["other_shape"]
         assert msg.startswith(f"--load {work['base_ckpt']}: not a checkpoint of this base model") and "linear_fc" in msg, msg
+
+
+def test_trained_runs_export_to_hugging_face(work: dict, preserve_run: dict, lora_runs: dict, pro_run: dict) -> None:
+    """Every run checkpoint records its model arguments, so a run's --save directory exports as it
+    is (its newest checkpoint), and --verify compares the exported model's logits with the
+    checkpoint's: full (TP=1), SCALE-Preserve (saved at TP=2 with SP), LoRA (merged; the reference
+    runs the unmerged adapters) and LLaMA-Pro (6 layers)."""
+    from transformers import AutoConfig
+
+    from megatron_scale.convert import convert_megatron_to_hf
+
+    root = work["root"]
+    expect = {"base": ("llama", 4), "preserve": ("scale-preserve", 4), "lora": ("llama (LoRA merged)", 4),
+              "pro": ("llama", 6)}
+    for run, (kind, layers) in expect.items():
+        out = convert_megatron_to_hf(root / run, root / f"hf-{run}", verify=True, tolerance=1e-4, progress=False)
+        assert out["kind"] == kind, (run, out)
+        assert out["verify_max_abs_error"] < 1e-4, (run, out)
+        cfg = AutoConfig.from_pretrained(root / f"hf-{run}", trust_remote_code=run == "preserve")
+        assert cfg.num_hidden_layers == layers and cfg.vocab_size == 96 and cfg.rope_parameters["rope_theta"] == 10000, (run, cfg)
+    # The merge is not a no-op: the trained adapters moved the function away from the base's.
+    import safetensors.torch as st
+
+    def tensor(folder: str, name: str) -> torch.Tensor:
+        for f in sorted((root / folder).glob("*.safetensors")):
+            t = st.load_file(f)
+            if name in t:
+                return t[name]
+        raise KeyError(name)
+
+    key = "model.layers.0.mlp.down_proj.weight"
+    assert not torch.equal(tensor("hf-lora", key), tensor("hf-base", key))
+
+
+def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
+    """--load records model arguments: a flag describing another function is refused by name
+    (before any model is built); the matching flags give the record the run saves."""
+    from megatron_scale.training import arguments as A
+    from megatron_scale.training.model_args import recorded_model_args, run_model_args
+
+    rec = recorded_model_args(work["base_ckpt"])
+    assert rec is not None and rec["num_layers"] == 4 and rec["hidden_size"] == 64
+    where = f"--load {work['base_ckpt']}"
+
+    def record(*extra: str, method: str = "scale-preserve") -> dict:
+        args = A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method, *extra])
+        return run_model_args(args, rec, where, resuming=False)
+
+    assert record() == rec
+    assert record("--llama-pro-blocks", "2", method="llama-pro")["num_layers"] == 6
+    for flags, named in ((("--rotary-base", "500000"), "--rotary-base"), (("--use-rope-scaling",), "--use-rope-scaling"),
+                         (("--norm-epsilon", "1e-6"), "--norm-epsilon"), (("--num-query-groups", "4"), "--num-query-groups"),
+                         (("--untie-embeddings-and-output-weights",), "--untie-embeddings-and-output-weights")):
+        with pytest.raises(ValueError) as e:
+            record(*flags)
+        assert str(e.value).startswith(where) and named in str(e.value), str(e.value)
