@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adam-beta2", type=float, default=0.95)
     g.add_argument("--seed", type=int, default=1234)
     g.add_argument("--bf16", action="store_true")
+    g.add_argument("--transformer-impl", choices=("local", "transformer_engine"), default="local",
+                   help="local: the fused SCALE linears (transformer_engine is not supported yet)")
+    g.add_argument("--fp8-format", choices=("e4m3", "hybrid"), default=None, help="needs Transformer Engine")
+    g.add_argument("--fp8-recipe", choices=("delayed", "tensorwise", "mxfp8", "blockwise"), default=None,
+                   help="needs Transformer Engine")
     g.add_argument("--skip-nan", action="store_true", help="skip a step whose loss is NaN/inf instead of stopping")
 
     g = p.add_argument_group("data")
@@ -193,6 +198,15 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
         _check_prefix(f"--eval-data-path {name}", prefix)
     if args.load is not None and not os.path.isdir(args.load):
         raise ValueError(f"--load: checkpoint directory {args.load} does not exist")
+    for flag, given in (("--transformer-impl transformer_engine", args.transformer_impl == "transformer_engine"),
+                        ("--fp8-format", args.fp8_format is not None), ("--fp8-recipe", args.fp8_recipe is not None)):
+        if given:
+            from megatron_scale.model.te import require_te
+
+            try:
+                require_te(flag)  # raises, naming the flag
+            except (RuntimeError, NotImplementedError) as e:
+                raise ValueError(str(e)) from e
     if args.save_interval is not None and args.save is None:
         raise ValueError("--save-interval needs --save")
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:

@@ -36,6 +36,8 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
         (("--scale-groups-up", "3"), 1, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
+        (("--fp8-format", "hybrid"), 1, "--fp8-format"),
+        (("--transformer-impl", "transformer_engine"), 1, "--transformer-impl transformer_engine"),
     ],
 )
 def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:
