@@ -106,7 +106,8 @@ def plot(base: Row, rows: list[Row], path: Path, old: str = "en", new: str = "ko
         ax.bar(names, [r.ppl[lang] for r in rows], color="tab:blue")
         ax.axhline(base.ppl[lang], color="tab:red", linestyle="--", label=f"base {base.ppl[lang]:.1f}")
         ax.set_title(title)
-        ax.set_ylabel("perplexity")
+        ax.set_yscale("log")  # perplexities here span orders of magnitude
+        ax.set_ylabel("perplexity (log scale)")
         ax.tick_params(axis="x", rotation=20)
         ax.legend()
     fig.tight_layout()
