@@ -225,7 +225,7 @@ if [ "$EXPORT" = 1 ]; then
     OUT=$WORKDIR/hf/$method VERIFY=(); [ "$VERIFY_EXPORT" = 1 ] && VERIFY=(--verify)
     if [ -d "$OUT" ]; then echo "exported: $OUT"
     else single tools/convert_megatron_to_hf.py --load "$(last_ckpt "$WORKDIR/runs/$method")" --save "$OUT" \
-      --tokenizer "$TOKENIZER" --model-args "$MODEL_JSON" --no-progress "${VERIFY[@]}"; fi
+      --tokenizer "$TOKENIZER" --no-progress "${VERIFY[@]}"; fi  # runs record their model arguments
     if [ -n "$LM_EVAL_TASKS" ]; then
       read -r -a lm_args <<<"$LM_EVAL_FLAGS"
       single tools/lm_eval_hf.py --model "$OUT" --tasks "$LM_EVAL_TASKS" --output "$WORKDIR/report/lm_eval_$method.json" "${lm_args[@]}"
