@@ -16,9 +16,9 @@ find_python() {
 stamp=$(cat setup.py pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
   [ -x .venv/bin/python ] || "$(find_python)" -m venv .venv
-  # --no-compile: byte-compiling every installed file (torch, transformers, ...) costs minutes;
-  # Python compiles what it imports anyway
-  .venv/bin/python -m pip install -q --no-compile --disable-pip-version-check -e '.[test]'
+  # Keep pip's byte-compilation: spawned test ranks run with -B (they inherit pytest's
+  # dont_write_bytecode), so without .pyc files every rank would compile torch again.
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
   echo "$stamp" > .venv/.stamp
 fi
 # Two pytest workers, each taking whole files (module fixtures run once): most tests wait on
