@@ -20,23 +20,14 @@ def from_train_flags(argv: Sequence[str]) -> LlamaArgs:
     """The architecture that `python -m megatron_scale.train ARGV` builds (vocabulary padded as
     the entry pads it)."""
     from megatron_scale.training.arguments import build_parser, resolve_vocab
+    from megatron_scale.training.model_args import from_flags
 
     parser = build_parser()
     for action in parser._actions:  # only the architecture is needed: no data, iterations or LR
         action.required = False
     args, _ = parser.parse_known_args(list(argv))
     resolve_vocab(args)
-    heads = args.num_attention_heads
-    return LlamaArgs(
-        num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=heads,
-        num_query_groups=args.num_query_groups or heads, ffn_hidden_size=args.ffn_hidden_size,
-        kv_channels=args.kv_channels or args.hidden_size // heads, vocab_size=args.vocab_size,
-        max_position_embeddings=args.max_position_embeddings or args.seq_length,
-        rotary_base=float(args.rotary_base), rope_scaling=getattr(args, "use_rope_scaling", False),
-        rope_scaling_factor=float(getattr(args, "rope_scaling_factor", 8.0)), norm_epsilon=args.norm_epsilon,
-        untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
-        params_dtype="bfloat16" if args.bf16 else "float32",
-    )
+    return from_flags(args, args.num_layers)
 
 
 def from_checkpoint(directory: str) -> LlamaArgs:
