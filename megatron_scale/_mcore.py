@@ -9,6 +9,8 @@ with a message that names both versions instead of failing somewhere deep in a l
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from types import SimpleNamespace
+from typing import Any
 
 MCORE_VERSION = "0.19.2"
 
@@ -158,9 +160,30 @@ __all__ = [
     "reduce_from_tensor_model_parallel_region",
     "reduce_scatter_to_sequence_parallel_region",
     "tensor_parallel",
+    "te_extensions",
 ]
 
 
 def optimal_index_dtype(vocab_size: int) -> type:
     """The token dtype megatron-core's IndexedDataset picks for a vocabulary (uint16 below 65,500)."""
     return DType.optimal_dtype(vocab_size)
+
+
+def te_extensions() -> Any:
+    """megatron-core's Transformer Engine pieces. Importing them imports Transformer Engine,
+    which needs an NVIDIA driver: call this only where `model.te.te_available()` holds."""
+    from megatron.core.extensions.transformer_engine import (
+        TEColumnParallelLinear,
+        TEDotProductAttention,
+        TERowParallelLinear,
+    )
+    from megatron.core.fp8_utils import get_fp8_context
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+    return SimpleNamespace(
+        TEColumnParallelLinear=TEColumnParallelLinear,
+        TEDotProductAttention=TEDotProductAttention,
+        TERowParallelLinear=TERowParallelLinear,
+        get_fp8_context=get_fp8_context,
+        get_gpt_layer_with_transformer_engine_spec=get_gpt_layer_with_transformer_engine_spec,
+    )

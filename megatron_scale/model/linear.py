@@ -40,9 +40,12 @@ def _param(shape: tuple[int, int], config: Any, trainable: bool) -> nn.Parameter
     return p
 
 
-def _mark_tp(param: nn.Parameter, dim: int) -> None:
-    """Tell megatron-core (grad-norm, distributed optimizer) this tensor is a TP shard."""
-    mc.tensor_parallel.set_tensor_model_parallel_attributes(param, is_parallel=True, dim=dim, stride=1)
+def mark_tp(param: nn.Parameter, dim: int, is_parallel: bool = True) -> None:
+    """Tell megatron-core (grad-norm, distributed optimizer) whether this tensor is a TP shard.
+    Set directly: Transformer Engine has already marked its own weights (as its dim 0)."""
+    param.tensor_model_parallel = is_parallel  # type: ignore[attr-defined]
+    param.partition_dim = dim  # type: ignore[attr-defined]
+    param.partition_stride = 1  # type: ignore[attr-defined]
 
 
 class _UpscaledLinear(nn.Module):
@@ -80,18 +83,34 @@ class _UpscaledLinear(nn.Module):
         self.tp_rank = mc.get_pg_rank(self.tp_group)
         n, n_up, m, m_up = split.local(self.tp_size)
         self.in_local = n
-        self.weight = _param((m, n), config, trainable=False)
-        self.weight_up = _param((m_up, n + n_up), config, trainable=True)
-        self.weight_12 = _param((m, n_up), config, trainable=True) if split.adapt else None
+        self._make_weights(n, n_up, m, m_up, init_method)
+        if self.weight_12 is not None:
+            with torch.no_grad():
+                self.weight_12.zero_()
+        self.weight.requires_grad_(False)
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+
+    def _make_weights(self, n: int, n_up: int, m: int, m_up: int, init_method: Callable[[torch.Tensor], None]) -> None:
+        """W, weight_up and W12 as parameters of this module (the local backend)."""
+        self.weight = _param((m, n), self.config, trainable=False)
+        self.weight_up = _param((m_up, n + n_up), self.config, trainable=True)
+        self.weight_12 = _param((m, n_up), self.config, trainable=True) if self.split.adapt else None
         with torch.no_grad():
             init_method(self.weight)
             init_method(self.weight_up)
-            if self.weight_12 is not None:
-                self.weight_12.zero_()
         for p in (self.weight, self.weight_up, self.weight_12):
             if p is not None and self.tp_size > 1:
-                _mark_tp(p, split.tp_axis)
-        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+                mark_tp(p, self.split.tp_axis)
+
+    def _gemm(self, x_full: torch.Tensor, assemble: bool) -> Any:
+        """The block matrix on the local input: the interleaved output, or (y, y_up) unreduced."""
+        return upscaled_gemm(
+            x_full, self.weight, self.weight_up, self.weight_12, chunks=self.split.chunks, assemble=assemble
+        )
+
+    def _state_keys(self) -> dict[str, str]:
+        """Checkpoint entry name -> this module's state-dict name (the same here)."""
+        return {}
 
     def backward_dw(self) -> None:
         """Megatron's delayed weight-gradient hook; weight grads here are computed eagerly."""
@@ -101,7 +120,7 @@ class _UpscaledLinear(nn.Module):
     ) -> dict:
         """W sharded like megatron-core's own linear; the expansion as global blocks (partition.py)."""
         dp = dp_group(metadata)
-        out = mc.make_sharded_tensors_for_checkpoint(
+        out: dict = mc.make_sharded_tensors_for_checkpoint(
             {"weight": self.weight},
             prefix,
             {"weight": self.split.tp_axis},
@@ -122,7 +141,16 @@ class _UpscaledLinear(nn.Module):
                 tuple(sharded_offsets),
             )
         )
-        return out
+        # Checkpoint keys stay as they are; the dict keys must name this module's own state
+        # (a backend may hold the blocks in submodules).
+        rename = {prefix + a: prefix + b for a, b in self._state_keys().items()}
+        if rename and self.split.chunks == 2:
+            # megatron-core's MLP gives `linear_fc1.weight` its SwiGLU sharding by that dict key;
+            # under another name the factory is ours to apply.
+            single = (metadata or {}).get("singleton_local_shards", False)
+            w = prefix + "weight"
+            out[w] = mc.apply_swiglu_sharded_factory(out[w], sharded_offsets, single, tp_group=self.tp_group, dp_group=dp)
+        return {rename.get(k, k): v for k, v in out.items()}
 
     def extra_repr(self) -> str:
         s = self.split
@@ -178,7 +206,7 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
         if weight is not None:
             raise ValueError("ScaleColumnParallelLinear owns its weights; an external weight is not supported")
         x_full = column_input(input_, self.tp_size, self.sequence_parallel, self.tp_group)
-        out = upscaled_gemm(x_full, self.weight, self.weight_up, self.weight_12, chunks=self.split.chunks)
+        out = self._gemm(x_full, assemble=True)
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather and self.tp_size > 1:
             out = mc.gather_from_tensor_model_parallel_region(out, group=self.tp_group)
@@ -234,6 +262,6 @@ class ScaleRowParallelLinear(_UpscaledLinear):
 
     def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
         if self.tp_size == 1:
-            return upscaled_gemm(input_, self.weight, self.weight_up, self.weight_12), None
-        y, y_up = upscaled_gemm(input_, self.weight, self.weight_up, self.weight_12, assemble=False)
+            return self._gemm(input_, assemble=True), None
+        y, y_up = self._gemm(input_, assemble=False)
         return torch.cat((self._reduce(y), self._reduce(y_up)), dim=-1), None

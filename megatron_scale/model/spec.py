@@ -5,8 +5,9 @@ Each layer gets its own spec because the upscaled linears carry their block spli
 decides per layer and per module whether W12 exists. With pipeline parallelism the block spec
 holds only this stage's layers, numbered globally for the Adapt choice.
 
-`ScaleBackend` names the four swappable parts; the local backend is the default, and the
-Transformer Engine backend (performance issue) plugs in here with the same partition logic.
+`ScaleBackend` names the four swappable parts: `LOCAL` (the fused local linears, every CPU run)
+is the default; `te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py) and TE's
+attention, with the same partition logic and checkpoint entries.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ class ScaleBackend:
 
 
 LOCAL = ScaleBackend()
+
+
+def te_backend(core_attention: type | None = None) -> ScaleBackend:
+    """--transformer-impl transformer_engine: TE GEMMs, TE attention (imports TE when called)."""
+    from megatron_scale.model.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
+
+    return ScaleBackend(
+        column_linear=ScaleTEColumnParallelLinear,
+        row_linear=ScaleTERowParallelLinear,
+        core_attention=core_attention or mc.te_extensions().TEDotProductAttention,
+    )
 
 
 def block_splits(dims: ScaleDims, layer: int) -> dict[str, BlockSplit]:
@@ -120,5 +132,13 @@ def llama_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | No
     sequence parallelism. Checkpoint keys are the local spec's."""
     layer = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
     layer = replace(layer, submodules=replace(layer.submodules, input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
+    count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
+    return mc.TransformerBlockSubmodules(layer_specs=[layer] * count, layer_norm=RMSNorm)
+
+
+def llama_te_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | None = None) -> mc.TransformerBlockSubmodules:
+    """The plain Llama block on Transformer Engine: megatron-core's own TE layer spec (norms fused
+    into linear_qkv / linear_fc1; the same checkpoint keys as the local spec)."""
+    layer = mc.te_extensions().get_gpt_layer_with_transformer_engine_spec()
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
     return mc.TransformerBlockSubmodules(layer_specs=[layer] * count, layer_norm=RMSNorm)

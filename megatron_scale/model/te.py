@@ -1,27 +1,33 @@
-"""The Transformer Engine backend of the SCALE linears: the guarded entry point.
+"""The Transformer Engine entry point: the one place that imports transformer_engine.
 
-What it is to hold (performance issue): SCALE versions of TEColumnParallelLinear,
-TERowParallelLinear and TELayerNormColumnParallelLinear (the split norm fused where TE allows),
-FP8 through Megatron's flags (--fp8-format hybrid, delayed and tensorwise recipes), the FP8 casts of
-the frozen base weights cached across steps, and no main_grad for frozen weights under
-gradient-accumulation fusion.
+Nothing here imports it at module import time: Transformer Engine needs an NVIDIA driver even to
+import, and the package must work (and name the flag that needs TE) without it. `te_pytorch` is
+what every TE-backed module calls to get `transformer_engine.pytorch`; tests on machines without
+a GPU may hand it a stand-in with the same interface (tests/model/test_te_backend.py).
 
-Status: not implemented. It was written where no GPU and no Transformer Engine could be had, and a
-TE layer that has never run (FP8 scaling state, weight-cast caching, userbuffer names) would be a
-guess; `require_te` therefore refuses every flag that needs it, by name, instead of silently
-running the local path. The local backend (linear.py, fused.py) is what --transformer-impl local
-and every CPU run use. Nothing here imports Transformer Engine at module import time.
+FP8 follows megatron-core: --fp8-format (hybrid | e4m3) and --fp8-recipe (delayed | tensorwise) set
+TransformerConfig.fp8 / fp8_recipe, and megatron-core's TransformerBlock enters TE's FP8 autocast
+around each layer.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+from types import ModuleType
+from typing import Any
 
 TE_FLAGS = ("--transformer-impl transformer_engine", "--fp8-format", "--fp8-recipe")
+FP8_FORMATS = ("hybrid", "e4m3")
+FP8_RECIPES = ("delayed", "tensorwise")
+
+_override: Any = None
 
 
 def te_available() -> bool:
     """Whether transformer_engine.pytorch can be imported here (checked without importing it)."""
+    if _override is not None:
+        return True
     try:
         return importlib.util.find_spec("transformer_engine.pytorch") is not None
     except ModuleNotFoundError:
@@ -29,14 +35,32 @@ def te_available() -> bool:
 
 
 def require_te(flag: str) -> None:
-    """Refuse `flag` (one of TE_FLAGS): SCALE has no Transformer Engine layers yet, and without
-    Transformer Engine installed there is nothing to build them on either."""
+    """Stop with one error naming `flag` when Transformer Engine is not installed."""
     if not te_available():
         raise RuntimeError(
-            f"{flag} needs NVIDIA Transformer Engine (pip install 'megatron-core[te]' on a CUDA "
-            "machine), which is not installed; use --transformer-impl local (bf16 works without it)"
+            f"{flag} needs NVIDIA Transformer Engine (in the project's Docker image, or pip install "
+            "'megatron-core[te]' on a CUDA machine), which is not installed here; use "
+            "--transformer-impl local (bf16 works without it)"
         )
-    raise NotImplementedError(
-        f"{flag}: SCALE's Transformer Engine linears are not implemented yet; use "
-        "--transformer-impl local (the fused local path, bf16 without FP8)"
-    )
+
+
+def te_pytorch(flag: str = TE_FLAGS[0]) -> ModuleType | Any:
+    """transformer_engine.pytorch (or the stand-in set by `use_stand_in`)."""
+    if _override is not None:
+        return _override
+    require_te(flag)
+    return importlib.import_module("transformer_engine.pytorch")
+
+
+def use_stand_in(module: Any) -> None:
+    """Make `te_pytorch` return `module` (None restores the real import). For tests only: it lets
+    a machine without a GPU check how SCALE composes TE's modules, never TE itself."""
+    global _override
+    _override = module
+
+
+def fp8_config(fp8_format: str | None, fp8_recipe: str | None) -> dict[str, Any]:
+    """TransformerConfig fields for the FP8 flags (empty when FP8 is off)."""
+    if fp8_format is None:
+        return {}
+    return {"fp8": fp8_format, "fp8_recipe": fp8_recipe or "delayed"}

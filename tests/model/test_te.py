@@ -1,5 +1,5 @@
-"""The Transformer Engine entry (megatron_scale/model/te.py): every flag that needs TE is refused
-by name, with or without TE installed, and the package imports without it."""
+"""The Transformer Engine entry (megatron_scale/model/te.py): without TE every flag that needs it
+is refused by name, and the package imports without it; with TE the module is handed out."""
 
 from __future__ import annotations
 
@@ -15,15 +15,26 @@ def test_without_te_the_flag_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(te, "te_available", lambda: False)
     with pytest.raises(RuntimeError, match=r"--fp8-format needs NVIDIA Transformer Engine.*--transformer-impl local"):
         te.require_te("--fp8-format")
+    with pytest.raises(RuntimeError, match=r"--transformer-impl transformer_engine needs NVIDIA Transformer Engine"):
+        te.te_pytorch()
 
 
 def test_package_imports_without_te() -> None:
-    code = "import sys, megatron_scale.model.te, megatron_scale.model.linear; assert 'transformer_engine' not in sys.modules"
+    code = (
+        "import sys, megatron_scale.model.te, megatron_scale.model.te_linear, megatron_scale.model.spec, "
+        "megatron_scale.training.model; assert 'transformer_engine' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fp8_flags_become_megatron_config() -> None:
+    assert te.fp8_config(None, None) == {}
+    assert te.fp8_config("hybrid", None) == {"fp8": "hybrid", "fp8_recipe": "delayed"}
+    assert te.fp8_config("e4m3", "tensorwise") == {"fp8": "e4m3", "fp8_recipe": "tensorwise"}
 
 
 @pytest.mark.te
 @pytest.mark.skipif(not te.te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
-def test_with_te_the_scale_layers_are_refused_not_faked() -> None:
-    with pytest.raises(NotImplementedError, match="--transformer-impl transformer_engine: SCALE's Transformer Engine"):
-        te.require_te("--transformer-impl transformer_engine")
+def test_with_te_the_module_is_handed_out() -> None:
+    te.require_te("--transformer-impl transformer_engine")
+    assert te.te_pytorch().__name__ == "transformer_engine.pytorch"
