@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from megatron_scale.cli import add_scale_arguments, scale_config_from_args
 from megatron_scale.config import ScaleConfig
+from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, require_te
 
 METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
 
@@ -80,10 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=1234)
     g.add_argument("--bf16", action="store_true")
     g.add_argument("--transformer-impl", choices=("local", "transformer_engine"), default="local",
-                   help="local: the fused SCALE linears (transformer_engine is not supported yet)")
-    g.add_argument("--fp8-format", choices=("e4m3", "hybrid"), default=None, help="needs Transformer Engine")
-    g.add_argument("--fp8-recipe", choices=("delayed", "tensorwise", "mxfp8", "blockwise"), default=None,
-                   help="needs Transformer Engine")
+                   help="local: the fused SCALE linears (any device); transformer_engine: TE GEMMs and "
+                   "attention (CUDA, Transformer Engine installed; needed for FP8)")
+    g.add_argument("--fp8-format", choices=FP8_FORMATS, default=None,
+                   help="FP8 GEMMs through Transformer Engine (with --bf16 and --transformer-impl transformer_engine)")
+    g.add_argument("--fp8-recipe", choices=FP8_RECIPES, default=None, help="with --fp8-format; default delayed")
+    g.add_argument("--gradient-accumulation-fusion", action="store_true",
+                   help="TE accumulates weight gradients straight into the fp32 main_grad buffers "
+                   "(--transformer-impl transformer_engine)")
     g.add_argument("--skip-nan", action="store_true", help="skip a step whose loss is NaN/inf instead of stopping")
 
     g = p.add_argument_group("data")
@@ -167,6 +172,30 @@ def resolve_vocab(args: argparse.Namespace) -> None:
                          f"{args.vocab_size}: token ids would index past the embedding")
 
 
+def _validate_te(args: argparse.Namespace) -> None:
+    """The Transformer Engine and FP8 flags: each needs the ones before it."""
+    te = args.transformer_impl == "transformer_engine"
+    for flag, given in (("--fp8-format", args.fp8_format is not None),
+                        ("--gradient-accumulation-fusion", args.gradient_accumulation_fusion)):
+        if given and not te:
+            raise ValueError(f"{flag} needs --transformer-impl transformer_engine")
+    if args.fp8_recipe is not None and args.fp8_format is None:
+        raise ValueError("--fp8-recipe needs --fp8-format")
+    if args.fp8_format is not None and not args.bf16:
+        raise ValueError("--fp8-format needs --bf16 (FP8 GEMMs run inside bf16 training)")
+    if not te:
+        return
+    if args.method == "lora":
+        raise ValueError("--method lora: not with --transformer-impl transformer_engine "
+                         "(the adapters wrap megatron-core's local linears)")
+    if args.device == "cpu":
+        raise ValueError("--transformer-impl transformer_engine needs --device cuda (or auto on a GPU machine)")
+    try:
+        require_te("--transformer-impl transformer_engine")  # names the flag
+    except RuntimeError as e:
+        raise ValueError(str(e)) from e
+
+
 def validate(args: argparse.Namespace, world_size: int) -> None:
     """Everything checkable before a process group exists. Raises ValueError naming the flag."""
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
@@ -198,15 +227,7 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
         _check_prefix(f"--eval-data-path {name}", prefix)
     if args.load is not None and not os.path.isdir(args.load):
         raise ValueError(f"--load: checkpoint directory {args.load} does not exist")
-    for flag, given in (("--transformer-impl transformer_engine", args.transformer_impl == "transformer_engine"),
-                        ("--fp8-format", args.fp8_format is not None), ("--fp8-recipe", args.fp8_recipe is not None)):
-        if given:
-            from megatron_scale.model.te import require_te
-
-            try:
-                require_te(flag)  # raises, naming the flag
-            except (RuntimeError, NotImplementedError) as e:
-                raise ValueError(str(e)) from e
+    _validate_te(args)
     if args.save_interval is not None and args.save is None:
         raise ValueError("--save-interval needs --save")
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:

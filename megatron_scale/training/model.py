@@ -25,7 +25,8 @@ from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, load_checkpoint
 from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
-from megatron_scale.model.spec import llama_block_spec
+from megatron_scale.model.spec import llama_block_spec, llama_te_block_spec, te_backend
+from megatron_scale.model.te import fp8_config
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.training.arguments import llama_pro_blocks, scale_config
 from megatron_scale.upscale import upscale_state_dict
@@ -47,6 +48,8 @@ def base_transformer_config(args: argparse.Namespace, num_layers: int | None = N
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
         sequence_parallel=args.sequence_parallel, params_dtype=dtype, pipeline_dtype=dtype,
         bf16=args.bf16, use_cpu_initialization=on_cpu,
+        gradient_accumulation_fusion=args.gradient_accumulation_fusion,
+        **fp8_config(args.fp8_format, args.fp8_recipe),
     )
 
 
@@ -65,11 +68,15 @@ def build_model(args: argparse.Namespace) -> Any:
         post_process=mc.parallel_state.is_pipeline_last_stage(),
     )
     tied = not args.untie_embeddings_and_output_weights
+    te = args.transformer_impl == "transformer_engine"
     if args.method.startswith("scale-"):
-        return build_scale_gpt(cfg, scale_config(args), tied_embeddings=tied, **kwargs)
+        extra = {"backend": te_backend()} if te else {}
+        return build_scale_gpt(cfg, scale_config(args), tied_embeddings=tied, **extra, **kwargs)
     if args.method == "lora":
         spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), lora_settings(args),
                                gated=cfg.gated_linear_unit)
+    elif te:  # megatron-core's TE layer (norms fused into the linears)
+        spec = llama_te_block_spec(cfg)
     else:  # megatron-core's local layer, with a norm that supports sequence parallelism
         spec = llama_block_spec(cfg)
     model = mc.GPTModel(cfg, spec, share_embeddings_and_output_weights=tied, **kwargs)

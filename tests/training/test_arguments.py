@@ -36,7 +36,12 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
         (("--scale-groups-up", "3"), 1, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
-        (("--fp8-format", "hybrid"), 1, "--fp8-format"),
+        (("--fp8-format", "hybrid"), 1, "--fp8-format needs --transformer-impl transformer_engine"),
+        (("--fp8-recipe", "tensorwise"), 1, "--fp8-recipe needs --fp8-format"),
+        (("--gradient-accumulation-fusion",), 1, "--gradient-accumulation-fusion needs --transformer-impl"),
+        (("--transformer-impl", "transformer_engine", "--fp8-format", "hybrid"), 1, "--fp8-format needs --bf16"),
+        (("--transformer-impl", "transformer_engine", "--method", "lora"), 1, "--method lora: not with --transformer-impl"),
+        (("--transformer-impl", "transformer_engine", "--device", "cpu"), 1, "--transformer-impl transformer_engine needs --device cuda"),
         (("--transformer-impl", "transformer_engine"), 1, "--transformer-impl transformer_engine"),
     ],
 )
