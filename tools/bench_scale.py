@@ -3,8 +3,11 @@ gradients and optimizer state, each beside its FLOP prediction (megatron_scale/m
 
     OMP_NUM_THREADS=2 python tools/bench_scale.py --out docs/bench_scale_cpu.json      # CPU, fp32
     python tools/bench_scale.py --device cuda --bf16 --peak-tflops 989                   # GPU, + MFU
+    python tools/bench_scale.py --device cuda --bf16 --transformer-impl transformer_engine \
+        --fp8-format hybrid --fp8-recipe delayed --peak-tflops 1979                      # H100, FP8
 
-Methods: full_ft (megatron-core's local GPT layer spec at the base shape, everything trained),
+Methods: full_ft (megatron-core's GPT layer spec at the base shape, everything trained; the local
+spec, or with --transformer-impl transformer_engine megatron-core's TE spec),
 dense_up (the same at the expanded shape d+d', h+h', g+g', f+f'), preserve and adapt (the SCALE
 model at the expanded shape; adapt has W12 in attention, in the one layer of the layer scope and in
 the upper half of the model's layers). Scopes: `layer` (one TransformerLayer, input [s, b, d]
@@ -20,6 +23,7 @@ C++ op (megatron_scale._C) against its PyTorch twin.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -44,6 +48,7 @@ def _config(a: argparse.Namespace, layers: int, up: bool) -> Any:
     import torch.nn.functional as F
 
     from megatron_scale import _mcore as mc
+    from megatron_scale.model.te import fp8_config
 
     q = 4 if up else 0
     kw: dict[str, Any] = dict(
@@ -56,9 +61,13 @@ def _config(a: argparse.Namespace, layers: int, up: bool) -> Any:
         activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
         hidden_dropout=0.0, attention_dropout=0.0, use_cpu_initialization=a.device == "cpu",
         params_dtype=torch.bfloat16 if a.bf16 else torch.float32, bf16=a.bf16,
-        init_method_std=0.02,
+        init_method_std=0.02, **fp8_config(a.fp8_format, a.fp8_recipe),
     )
     return mc.TransformerConfig(**kw)
+
+
+def _te(a: argparse.Namespace) -> bool:
+    return a.transformer_impl == "transformer_engine"
 
 
 def _build(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any]:
@@ -66,20 +75,20 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.config import ScaleConfig
     from megatron_scale.model.builder import build_scale_gpt
+    from megatron_scale.model.spec import te_backend
 
     layers = 1 if scope == "layer" else a.layers
     if method in ("full_ft", "dense_up"):
         cfg = _config(a, layers, up=method == "dense_up")
-        model = mc.GPTModel(
-            cfg, mc.get_gpt_layer_local_spec(normalization="RMSNorm"), vocab_size=a.vocab,
-            max_sequence_length=a.seq, position_embedding_type="rope",
-        )
+        spec = (mc.te_extensions().get_gpt_layer_with_transformer_engine_spec() if _te(a)
+                else mc.get_gpt_layer_local_spec(normalization="RMSNorm"))
+        model = mc.GPTModel(cfg, spec, vocab_size=a.vocab, max_sequence_length=a.seq, position_embedding_type="rope")
         return model, None
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
     scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt)
     model = build_scale_gpt(
         _config(a, layers, up=False), scale, vocab_size=a.vocab, max_sequence_length=a.seq,
-        position_embedding_type="rope",
+        position_embedding_type="rope", **({"backend": te_backend()} if _te(a) else {}),
     )
     return model, model.scale_dims
 
@@ -87,6 +96,8 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any]:
 def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, list[Any], Any]:
     """Build one (scope, method): (module timed, loss closure, trainable params, AdamW)."""
     import torch
+
+    from megatron_scale import _mcore as mc
 
     torch.manual_seed(0)
     model, _ = _build(a, scope, method)
@@ -101,7 +112,10 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
         grad_out = torch.randn(s, b, width, dtype=dtype, device=a.device)
 
         def loss_fn() -> Any:
-            out, _ = module(hidden_states=x, attention_mask=mask)
+            # A block enters FP8 autocast around each layer; a layer called alone needs it here.
+            fp8 = mc.te_extensions().get_fp8_context(module.config) if a.fp8_format else contextlib.nullcontext()
+            with fp8:
+                out, _ = module(hidden_states=x, attention_mask=mask)
             return (out * grad_out).sum()
 
     else:
@@ -113,7 +127,15 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
             return model(ids[:, :-1], pos, mask, labels=ids[:, 1:]).float().mean()
 
     params = [p for p in module.parameters() if p.requires_grad]
-    return module, loss_fn, params, torch.optim.AdamW(params, lr=1e-5, foreach=True)
+    opt = torch.optim.AdamW(params, lr=1e-5, foreach=True)
+
+    def step_fn() -> Any:
+        # megatron-core's schedule does this on each step's first microbatch (FP8 weight casts)
+        if a.fp8_format and hasattr(module, "set_is_first_microbatch"):
+            module.set_is_first_microbatch()
+        return loss_fn()
+
+    return module, step_fn, params, opt
 
 
 def _step(a: argparse.Namespace, loss_fn: Any, opt: Any) -> tuple[float, float]:
@@ -275,6 +297,23 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Flag combinations that cannot run stop here, naming the flag."""
+    if a.fp8_recipe and not a.fp8_format:
+        ap.error("--fp8-recipe needs --fp8-format")
+    if a.fp8_format and not (_te(a) and a.bf16):
+        ap.error("--fp8-format needs --transformer-impl transformer_engine and --bf16")
+    if _te(a):
+        if a.device != "cuda":
+            ap.error("--transformer-impl transformer_engine needs --device cuda")
+        from megatron_scale.model.te import require_te
+
+        try:
+            require_te("--transformer-impl transformer_engine")
+        except RuntimeError as e:
+            ap.error(str(e))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hidden", type=int, default=1024)
@@ -292,18 +331,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--route", action="store_true", help="also time the C++ route op against its twin")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--bf16", action="store_true", help="bf16 parameters and activations (GPU mode)")
+    ap.add_argument("--transformer-impl", choices=["local", "transformer_engine"], default="local",
+                    help="transformer_engine: SCALE's TE linears and TE attention, megatron-core's TE spec for the dense references")
     ap.add_argument("--fp8-format", choices=["hybrid", "e4m3"], default=None,
-                    help="FP8 through Transformer Engine (GPU mode; needs --transformer-impl transformer_engine)")
+                    help="FP8 through Transformer Engine (GPU mode; needs --transformer-impl transformer_engine and --bf16)")
+    ap.add_argument("--fp8-recipe", choices=["delayed", "tensorwise"], default=None, help="with --fp8-format; default delayed")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (H100 SXM bf16: 989)")
     ap.add_argument("--out", default=None, help="write every measurement as JSON here")
     ap.add_argument("--scope", help=argparse.SUPPRESS)
     ap.add_argument("--method", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.fp8_format is not None:
-        from megatron_scale.model.te import require_te
-
-        require_te("--fp8-format")
-        raise SystemExit("bench_scale --fp8-format: the SCALE Transformer Engine layers are not implemented yet")
+    _check_flags(ap, a)
     if a.scope and a.method:  # worker processes
         print(json.dumps(_memory_worker(a)))
         return
