@@ -17,7 +17,8 @@ process with their steps interleaved round-robin (a burst of load elsewhere hits
 step time is the median of --repeats steps after --warmup, wall clock and process CPU time. Peak
 memory is measured per (scope, method) in a process of its own: RSS above the process's size before
 the model is built (on GPU, max_memory_allocated). `--route` times SCALE-Route's statistics: the
-C++ op (megatron_scale._C) against its PyTorch twin.
+C++ op (megatron_scale._C) against its PyTorch twin. `--profile` adds, per method, the seconds
+of a step spent in GEMM kernels (torch.profiler) and the FLOP-model FLOPs per GEMM second.
 """
 
 from __future__ import annotations
@@ -179,9 +180,10 @@ def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
             w, c = _step(a, loss_fn, opt)
             walls[m].append(w)
             cpus[m].append(c)
+    gemm = _gemm_seconds(a, built) if a.profile else {}
     out = []
     for m, (module, _, params, opt) in built.items():
-        out.append({
+        out.append({**({"gemm_s": gemm[m]} if gemm else {}),
             "scope": a.scope, "method": m, "step_s": statistics.median(walls[m]), "times_s": walls[m],
             "cpu_s": statistics.median(cpus[m]), "tokens": a.seq * a.batch,
             "grad_bytes": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
@@ -192,6 +194,23 @@ def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
             "trainable": sum(p.numel() for p in params),
             "frozen": sum(p.numel() for p in module.parameters() if not p.requires_grad),
         })
+    return out
+
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm")
+
+
+def _gemm_seconds(a: argparse.Namespace, built: dict[str, Any]) -> dict[str, float]:
+    """Per method: seconds per step spent in matrix-multiply kernels (torch.profiler, self CPU
+    time of GEMM_OPS over two steps), to tell GEMM speed apart from everything around it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for m, (_, loss_fn, _, opt) in built.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(2):
+                _step(a, loss_fn, opt)
+        out[m] = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMM_OPS) / 2e6
     return out
 
 
@@ -329,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scopes", nargs="+", default=["layer", "model"], choices=["layer", "model"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--route", action="store_true", help="also time the C++ route op against its twin")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile two steps per method: seconds in GEMMs, and FLOP-model FLOPs per GEMM second")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--bf16", action="store_true", help="bf16 parameters and activations (GPU mode)")
     ap.add_argument("--transformer-impl", choices=["local", "transformer_engine"], default="local",
@@ -362,6 +383,12 @@ def main(argv: list[str] | None = None) -> None:
         "results": results,
     }
     print(_table(a, results))
+    if a.profile:
+        print("\n| scope | method | step s | GEMM s | GEMM share | predicted GFLOP / GEMM s |\n|---|---|---|---|---|---|")
+        for r in results:
+            flop = _predicted(a, r["scope"], r["method"]) * r["tokens"]
+            print(f"| {r['scope']} | {r['method']} | {r['step_s']:.3f} | {r['gemm_s']:.3f} "
+                  f"| {r['gemm_s'] / r['step_s']:.2f} | {flop / r['gemm_s'] / 1e9:.1f} |")
     if a.route:
         report["route"] = _route_bench(a)
         print("\n| dtype | tokens x vocab | twin ms | C++ ms | speed-up | max diff / (|z_p||z_a|) |\n|---|---|---|---|---|---|")

@@ -15,6 +15,8 @@ row-parallel y and y_up are reduced apart, so the base path's reduction is the b
 checkpoint entries are the local backend's (`weight`, `weight_21`, `weight_22`, `weight_12...`): a
 run can change --transformer-impl on resume, and every tool reads either. TE's FP8 scaling state
 (`_extra_state`) is not checkpointed: after a resume, delayed scaling starts its amax history anew.
+(TE 2.20 stores delayed-scaling state as a pickle and refuses to load one unless
+NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE=1; SCALE checkpoints never need it.)
 
 FP8 cast of the frozen base: megatron-core sets `is_first_microbatch` on the first microbatch of
 each step and TE then recasts the weight, which may have changed. The base never changes, so it is
@@ -134,11 +136,11 @@ class _TEBlocks:
         return interleave_chunks(y, y_up, self.split.chunks)
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # Checkpoints carry no TE scaling state: keep each block's own. New base values: recast.
+        # Checkpoints carry no TE scaling state: an empty one keeps each block's own (TE returns
+        # before unpickling anything). New base values: recast.
         for name in _BLOCKS.values():
-            block = getattr(self, name)
-            if block is not None:
-                state_dict.setdefault(f"{prefix}{name}._extra_state", block.get_extra_state())
+            if getattr(self, name) is not None:
+                state_dict.setdefault(f"{prefix}{name}._extra_state", torch.empty(0, dtype=torch.uint8))
         self._base_recasts = 0
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
 

@@ -50,7 +50,7 @@ class Linear(nn.Module):
         return torch.matmul(inp, self.weight.t())
 
     def get_extra_state(self) -> Any:
-        return {"calls": len(self.flags)}
+        return torch.tensor(len(self.flags), dtype=torch.uint8).reshape(1)  # TE: a byte tensor
 
     def set_extra_state(self, state: Any) -> None:
         self.loaded_extra_state = state

@@ -129,7 +129,9 @@ def _cast_flags(tp: int, backend: Any, scale: Any, ckpt: Path) -> dict[str, Any]
                 p.add_(0.01 * torch.randn_like(p))
     save_checkpoint(local, ckpt / f"local_tp{tp}")
     load_checkpoint(model, ckpt / f"local_tp{tp}")  # raises on a digest or key mismatch
-    res["extra_state_kept"] = all(m.base_gemm.loaded_extra_state is not None for m in linears)
+    res["extra_state_kept"] = all(  # handed an empty state (keep your own), never a pickle
+        m.base_gemm.loaded_extra_state is not None and m.base_gemm.loaded_extra_state.numel() == 0 for m in linears
+    )
     with torch.no_grad():
         z_local = local(b["input_ids"], b["position_ids"], b["attention_mask"])
         z_te = model(b["input_ids"], b["position_ids"], b["attention_mask"])
