@@ -1,10 +1,13 @@
 """Shared test settings. Distributed tests spawn their own ranks (tests/_dist.py); GPU tests are
-marked `gpu` through `requires_gpus(n)` and skip with their reason where CUDA is absent."""
+marked `gpu` through `requires_gpus(n)` and Transformer Engine tests `te` through `requires_te`,
+each skipping with its reason where the device or TE is absent."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from megatron_scale.model.te import te_available
 
 
 def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)
@@ -16,3 +19,9 @@ def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)
         return pytest.mark.gpu(skip(fn))
 
     return mark
+
+
+def requires_te(fn):  # noqa: ANN001, ANN201 (a decorator)
+    """Mark a test as needing NVIDIA Transformer Engine: the `te` marker plus a skip that says why."""
+    skip = pytest.mark.skipif(not te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
+    return pytest.mark.te(skip(fn))

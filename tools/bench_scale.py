@@ -112,10 +112,11 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
         x = torch.randn(s, b, width, dtype=dtype, device=a.device, requires_grad=True)
         grad_out = torch.randn(s, b, width, dtype=dtype, device=a.device)
 
+        # A block enters FP8 autocast around each layer; a layer called alone needs it here.
+        fp8_context = mc.te_extensions().get_fp8_context if a.fp8_format else lambda _: contextlib.nullcontext()
+
         def loss_fn() -> Any:
-            # A block enters FP8 autocast around each layer; a layer called alone needs it here.
-            fp8 = mc.te_extensions().get_fp8_context(module.config) if a.fp8_format else contextlib.nullcontext()
-            with fp8:
+            with fp8_context(module.config):
                 out, _ = module(hidden_states=x, attention_mask=mask)
             return (out * grad_out).sum()
 
@@ -317,20 +318,13 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
 
 
 def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    """Flag combinations that cannot run stop here, naming the flag."""
-    if a.fp8_recipe and not a.fp8_format:
-        ap.error("--fp8-recipe needs --fp8-format")
-    if a.fp8_format and not (_te(a) and a.bf16):
-        ap.error("--fp8-format needs --transformer-impl transformer_engine and --bf16")
-    if _te(a):
-        if a.device != "cuda":
-            ap.error("--transformer-impl transformer_engine needs --device cuda")
-        from megatron_scale.model.te import require_te
+    """Flag combinations that cannot run stop here, naming the flag (the training entry's check)."""
+    from megatron_scale.model.te import check_te_flags
 
-        try:
-            require_te("--transformer-impl transformer_engine")
-        except RuntimeError as e:
-            ap.error(str(e))
+    try:
+        check_te_flags(a.transformer_impl, a.fp8_format, a.fp8_recipe, a.bf16, a.device)
+    except ValueError as e:
+        ap.error(str(e))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,6 +59,27 @@ def use_stand_in(module: Any) -> None:
     _override = module
 
 
+def check_te_flags(transformer_impl: str, fp8_format: str | None, fp8_recipe: str | None, bf16: bool,
+                   device: str) -> None:
+    """The Transformer Engine and FP8 flags, each needing the ones before it (the training entry
+    and tools/bench_scale.py share these): ValueError naming the flag."""
+    te = transformer_impl == "transformer_engine"
+    if fp8_format is not None and not te:
+        raise ValueError("--fp8-format needs --transformer-impl transformer_engine")
+    if fp8_recipe is not None and fp8_format is None:
+        raise ValueError("--fp8-recipe needs --fp8-format")
+    if fp8_format is not None and not bf16:
+        raise ValueError("--fp8-format needs --bf16 (FP8 GEMMs run inside bf16 training)")
+    if not te:
+        return
+    if device == "cpu":
+        raise ValueError("--transformer-impl transformer_engine needs --device cuda")
+    try:
+        require_te(TE_FLAGS[0])
+    except RuntimeError as e:
+        raise ValueError(str(e)) from e
+
+
 def fp8_config(fp8_format: str | None, fp8_recipe: str | None) -> dict[str, Any]:
     """TransformerConfig fields for the FP8 flags (empty when FP8 is off)."""
     if fp8_format is None:

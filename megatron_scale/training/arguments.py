@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from megatron_scale.cli import add_scale_arguments, scale_config_from_args
 from megatron_scale.config import ScaleConfig
-from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, require_te
+from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 
 METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
 
@@ -173,27 +173,14 @@ def resolve_vocab(args: argparse.Namespace) -> None:
 
 
 def _validate_te(args: argparse.Namespace) -> None:
-    """The Transformer Engine and FP8 flags: each needs the ones before it."""
+    """The Transformer Engine and FP8 flags (model/te.py's check), and what training adds."""
     te = args.transformer_impl == "transformer_engine"
-    for flag, given in (("--fp8-format", args.fp8_format is not None),
-                        ("--gradient-accumulation-fusion", args.gradient_accumulation_fusion)):
-        if given and not te:
-            raise ValueError(f"{flag} needs --transformer-impl transformer_engine")
-    if args.fp8_recipe is not None and args.fp8_format is None:
-        raise ValueError("--fp8-recipe needs --fp8-format")
-    if args.fp8_format is not None and not args.bf16:
-        raise ValueError("--fp8-format needs --bf16 (FP8 GEMMs run inside bf16 training)")
-    if not te:
-        return
-    if args.method == "lora":
+    if args.gradient_accumulation_fusion and not te:
+        raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
+    if te and args.method == "lora":
         raise ValueError("--method lora: not with --transformer-impl transformer_engine "
                          "(the adapters wrap megatron-core's local linears)")
-    if args.device == "cpu":
-        raise ValueError("--transformer-impl transformer_engine needs --device cuda (or auto on a GPU machine)")
-    try:
-        require_te("--transformer-impl transformer_engine")  # names the flag
-    except RuntimeError as e:
-        raise ValueError(str(e)) from e
+    check_te_flags(args.transformer_impl, args.fp8_format, args.fp8_recipe, args.bf16, args.device)
 
 
 def validate(args: argparse.Namespace, world_size: int) -> None:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 
+
 def _rng_state() -> dict[str, Any]:
     return {
         "python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.builder import output_layers
 from megatron_scale.training import arguments as A
-from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.training.checkpointing import load_run, optimizer_metadata, save_run
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from megatron_scale.model.fused import upscaled_gemm
+from tests.conftest import requires_gpus
 
 N, N_UP, M, M_UP, S, B = 12, 4, 16, 8, 5, 3
 CASES = list(itertools.product((1, 2), (False, True), (True, False)))  # chunks, adapt, assemble
@@ -90,10 +91,7 @@ def test_frozen_input_needs_no_input_gradient() -> None:
     assert g_up.shape == up.shape and g12.shape == w12.shape and torch.count_nonzero(g_up) > 0
 
 
-# Marked by hand: tests/conftest.py's requires_gpus() passes the skipif mark as an argument of
-# the gpu mark (pytest.mark.gpu(mark)), so its skip never applies.
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@requires_gpus(1)
 @pytest.mark.parametrize("chunks,adapt", [(1, False), (2, True)])
 def test_fused_on_cuda_bf16(chunks: int, adapt: bool) -> None:
     """On a GPU in bf16: the base rows are bitwise cuBLAS's own `matmul(x, W.t())` output (exact

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from megatron_scale.model import te
+from tests.conftest import requires_te
 
 
 def test_without_te_the_flag_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,8 +34,7 @@ def test_fp8_flags_become_megatron_config() -> None:
     assert te.fp8_config("e4m3", "tensorwise") == {"fp8": "e4m3", "fp8_recipe": "tensorwise"}
 
 
-@pytest.mark.te
-@pytest.mark.skipif(not te.te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
+@requires_te
 def test_with_te_the_module_is_handed_out() -> None:
     te.require_te("--transformer-impl transformer_engine")
     assert te.te_pytorch().__name__ == "transformer_engine.pytorch"

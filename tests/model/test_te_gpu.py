@@ -21,8 +21,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from megatron_scale.model.te import te_available
 from tests._dist import run_ranks
+from tests.conftest import requires_gpus, requires_te
 
 HIDDEN, HEADS, GROUPS, FFN, LAYERS, VOCAB, SEQ, BATCH = 256, 8, 4, 512, 2, 512, 64, 2
 
@@ -184,20 +184,16 @@ def results() -> dict[str, Any]:
     return run_ranks(_body, 1)[0]
 
 
-@pytest.mark.gpu
-@pytest.mark.te
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.skipif(not te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
+@requires_gpus(1)
+@requires_te
 def test_bf16_preservation_on_te(results: dict) -> None:
     r = results["bf16"]
     assert r["bitwise_vs_te_pieces"], r
     assert r["max_err_vs_fused_te_spec"] < 0.05 * max(1.0, r["max_logit"]), r
 
 
-@pytest.mark.gpu
-@pytest.mark.te
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.skipif(not te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
+@requires_gpus(1)
+@requires_te
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise"])
 def test_fp8_trains_with_the_frozen_cast_cached(results: dict, recipe: str) -> None:
     r = results[f"fp8/{recipe}"]
