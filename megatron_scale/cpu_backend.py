@@ -6,7 +6,7 @@ megatron-core assumes CUDA in a handful of places (measured in shared/research/m
 schedules, the fp32 optimizer's loss scale) and `tensor.type() == "torch.cuda.FloatTensor"` checks
 (grad clipping, the distributed optimizer). This module maps each of them to the CPU:
 
-    torch.cuda.current_device -> "cpu"           torch.cuda.synchronize, Stream, stream -> no-ops
+    torch.cuda.current_device -> "cpu:0"         torch.cuda.synchronize, Stream, stream -> no-ops
     device="cuda" / .cuda() / .to("cuda")  -> cpu  (a TorchFunctionMode, entered once per process)
     Tensor.type() of a CPU float tensor    -> "torch.cuda.<Float|Half|BFloat16>Tensor"
 
@@ -14,6 +14,10 @@ It is switched on explicitly, by `enable_cpu_backend()` (or `resolve_device("cpu
 to act where CUDA is present, so a GPU run can never be half-mapped to the CPU. It was checked
 against one megatron-core version and refuses another. The mode is thread-local: it holds on the
 thread that enabled it, which is where CPU autograd runs too.
+
+Because the mapping erases the difference between host and device, it comes with the device audit
+(device_audit.py, on unless MEGATRON_SCALE_DEVICE_AUDIT=0): a tensor that a GPU run would find on
+the host where the device is needed raises, naming where it was made.
 """
 
 from __future__ import annotations
@@ -24,6 +28,13 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from megatron_scale import device_audit
+from megatron_scale.device_audit import EMULATED
+
+# The run's device on the CPU backend: the CPU, named cpu:0 so that what the code places on "the
+# device" stays apart from what it leaves on the host ("cpu") for the device audit.
+DEVICE = EMULATED
 
 CHECKED_MCORE_VERSION = "0.19.2"
 
@@ -37,11 +48,11 @@ _mode: TorchFunctionMode | None = None
 
 def _cpu(device: Any) -> Any:
     if isinstance(device, str) and device.startswith("cuda"):
-        return "cpu"
+        return DEVICE
     if isinstance(device, torch.device) and device.type == "cuda":
-        return torch.device("cpu")
-    if isinstance(device, int):  # a CUDA ordinal, as torch.cuda.current_device() would return
-        return "cpu"
+        return DEVICE
+    if isinstance(device, int) and not isinstance(device, bool):  # a CUDA ordinal
+        return DEVICE
     return device
 
 
@@ -49,15 +60,25 @@ class _CudaToCpu(TorchFunctionMode):
     """Rewrites CUDA devices to the CPU in every torch call, and reports CPU float tensors'
     type() as their CUDA counterparts (megatron-core's optimizer checks compare strings)."""
 
+    def __init__(self, audit: bool) -> None:
+        super().__init__()
+        self.audit = audit
+
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
             name = func(*args)
             return _CUDA_TYPE.get(name, name)
-        if func is torch.Tensor.cuda:
+        if self.audit:
+            return device_audit.audited_call(func, args, kwargs, lambda: self._mapped(func, args, kwargs))
+        return self._mapped(func, args, kwargs)
+
+    @staticmethod
+    def _mapped(func: Callable, args: tuple, kwargs: dict) -> Any:
+        if func is torch.Tensor.cuda or func is torch.Tensor.pin_memory:  # pinning needs an accelerator
             return args[0]
         if "device" in kwargs:
-            kwargs["device"] = _cpu(kwargs["device"])
+            kwargs = {**kwargs, "device": _cpu(kwargs["device"])}
         if func is torch.Tensor.to and len(args) > 1:
             args = (args[0], _cpu(args[1]), *args[2:])
         return func(*args, **kwargs)
@@ -108,19 +129,23 @@ def enable_cpu_backend() -> bool:
         return False
     _check_version()
     cuda = torch.cuda
-    cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    cuda.current_device = lambda: str(DEVICE)  # type: ignore[assignment,return-value]
     cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]
     cuda.Stream = _NoStream  # type: ignore[assignment,misc]
     cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
     cuda.empty_cache = lambda: None  # type: ignore[assignment]
-    _mode = _CudaToCpu()
+    audit = device_audit.audit_requested()
+    if audit:
+        device_audit.enable()
+    _mode = _CudaToCpu(audit)
     _mode.__enter__()
     return True
 
 
 def resolve_device(device: str) -> str:
-    """'auto' | 'cpu' | 'cuda' -> the device to run on; 'cpu' enables the CPU backend.
+    """'auto' | 'cpu' | 'cuda' -> the kind of device to run on; 'cpu' enables the CPU backend
+    (whose run's device is `DEVICE`).
 
     'cpu' on a machine with CUDA is refused: the backend never half-maps a GPU run."""
     if device not in ("auto", "cpu", "cuda"):

@@ -49,7 +49,7 @@ def test_enable_maps_cuda_calls_to_cpu() -> None:
               torch.ones(2, dtype=torch.int64).type(), cb.resolve_device("auto"), cb.resolve_device("cpu"))
         """
     )
-    assert last == "error cpu cpu cpu torch.cuda.FloatTensor torch.LongTensor cpu cpu"
+    assert last == "error cpu:0 cpu:0 cpu:0 torch.cuda.FloatTensor torch.LongTensor cpu cpu"
 
 
 def test_refuses_where_cuda_is_present_and_names_the_flag() -> None:
@@ -138,7 +138,7 @@ def _train(use_distributed_optimizer: bool) -> list[float]:
 def _body(rank: int, world: int) -> dict[str, list[float]]:
     from megatron_scale.distributed import init_distributed
 
-    assert init_distributed(1, 1, device="cpu") == "cpu"
+    assert init_distributed(1, 1, device="cpu") == torch.device("cpu", 0)  # the CPU backend's run device
     return {"plain": _train(False), "distopt": _train(True)}
 
 
