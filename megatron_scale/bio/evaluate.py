@@ -16,7 +16,7 @@ import torch
 from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer
 from megatron_scale.model.builder import output_head, output_layers
-from megatron_scale.training.data import causal_mask
+from megatron_scale.model.inputs import causal_mask, position_ids
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,7 @@ def _at_last(model: Any, items: Sequence[Probe], batch_size: int, reduce: Any) -
                 tokens = torch.zeros(len(chunk), width, dtype=torch.long)
                 for i, p in enumerate(chunk):
                     tokens[i, : len(p.prompt)] = torch.tensor(p.prompt)
-                positions = torch.arange(width).unsqueeze(0).expand(len(chunk), -1)
-                logits = model(tokens.to(device), positions.to(device), causal_mask(width).to(device))
+                logits = model(tokens.to(device), position_ids(len(chunk), width, device), causal_mask(width, device))
                 last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
                 out.append(reduce(logits[torch.arange(len(chunk), device=device), last]).cpu())
     finally:

@@ -4,7 +4,8 @@ Inside a job that already has a process group (torchrun, srun, a test's spawned 
 runs right there, on every rank, after megatron-core's parallel state is set to the layout. From a
 plain `python tools/...` call it spawns the TP x PP ranks itself on this machine (gloo on CPU,
 NCCL where there are enough GPUs) and waits for them. An error raised by a rank comes back as one
-error with that rank's message, not a wall of tracebacks.
+error with that rank's message, not a wall of tracebacks. The step gets the rank's device as
+`device=`: whatever it makes goes there.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
     from megatron_scale.distributed import destroy_distributed, init_distributed
 
     try:
-        init_distributed(tp, pp, device="auto")
-        out.put((rank, None, fn(*args)))
+        device = init_distributed(tp, pp, device="auto")
+        out.put((rank, None, fn(*args, device=device)))
     except Exception as e:  # noqa: BLE001 (forwarded to the parent, which raises once)
         kind = "conversion" if isinstance(e, ConversionError | KeyError | ValueError) else "internal"
         out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
@@ -83,8 +84,9 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
 
 
 def on_ranks(fn: Callable[..., Any], tp: int, pp: int, *args: Any, timeout: float = 24 * 3600) -> list[Any]:
-    """fn(*args) on every rank of a TP x PP layout; returns the results (this rank's only, in a
-    one-element list, when called inside an existing process group)."""
+    """fn(*args, device=<the rank's device>) on every rank of a TP x PP layout; returns the results
+    (this rank's only, in a one-element list, when called inside an existing process group).
+    Results travel to the caller through a queue: return host tensors."""
     if dist.is_initialized():
         world = dist.get_world_size()
         if world % (tp * pp):
@@ -94,5 +96,7 @@ def on_ranks(fn: Callable[..., Any], tp: int, pp: int, *args: Any, timeout: floa
             )
         mc.parallel_state.destroy_model_parallel()
         mc.parallel_state.initialize_model_parallel(tp, pp)
-        return [fn(*args)]
+        from megatron_scale.distributed import run_device
+
+        return [fn(*args, device=run_device())]
     return _spawn(fn, tp, pp, args, timeout)

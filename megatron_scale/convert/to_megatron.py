@@ -86,10 +86,11 @@ class LazyMegatronState(Mapping):
         return len(self.tensors)
 
 
-def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, progress: bool) -> None:
+def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, progress: bool, *,
+                  device: torch.device) -> None:
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     reader = SafetensorsReader(hf_dir)
-    model = build_llama_gpt(args, tp, pp)
+    model = build_llama_gpt(args, tp, pp).to(device)
     with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
         load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from megatron_scale.checkpoint import save_checkpoint
 from megatron_scale.config import ScaleConfig, ScaleConfigError
 from megatron_scale.convert import keymap
@@ -33,10 +35,11 @@ def _dims_record(dims: Any) -> dict[str, Any]:
     return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
 
 
-def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, Any], tp: int, pp: int) -> None:
+def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, Any], tp: int, pp: int, *,
+                  device: torch.device) -> None:
     reader = MegatronReader(base_dir)
     base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
-    model = build_model(args, dims, tp, pp)
+    model = build_model(args, dims, tp, pp).to(device)
     load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
 

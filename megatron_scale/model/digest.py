@@ -9,7 +9,8 @@ Per element, with a = raw bits (32 low bits), i = global flat index, M = 2^31 - 
     h1 = (a P1 + (i mod 2^32) P2 + (i >> 32) P3 + s) mod M,    h2 = h1^2 mod M
 and the digest is SHA-256 over (key, sum h1, sum h2, numel) for every frozen key in order. Every
 product stays below 2^63, so nothing relies on integer overflow. It is a checksum against
-accidents (a changed, moved or missing value), not a defence against a forger.
+accidents (a changed, moved or missing value), not a defence against a forger. The sums live on
+the device the all-reduce's group serves (distributed.collective_device: the GPU for NCCL).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from megatron_scale.distributed import collective_device
 from megatron_scale.model.state import sharded_tensors
 
 _M = 2**31 - 1
@@ -39,6 +41,7 @@ def _salt(key: str) -> int:
 
 def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
     data = st.data.detach()  # type: ignore[attr-defined]
+    device = data.device
     bits = data.contiguous().view(_BITS[data.element_size()]).to(torch.int64) & 0xFFFFFFFF
     pre = st.prepend_axis_num  # type: ignore[attr-defined]
     gshape = st.global_shape  # type: ignore[attr-defined]
@@ -47,44 +50,52 @@ def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
     for i in range(len(gshape) - 2, -1, -1):
         strides[i] = strides[i + 1] * gshape[i + 1]
     base = sum(goff[i] * strides[i] for i in range(pre))
-    idx = torch.zeros((), dtype=torch.int64) + base
+    idx = torch.full((), base, dtype=torch.int64, device=device)
     for dim, (off, size) in enumerate(zip(goff[pre:], data.shape, strict=True)):
         shape = [1] * data.dim()
         shape[dim] = size
-        idx = idx + ((torch.arange(size, dtype=torch.int64) + off) * strides[pre + dim]).view(shape)
+        idx = idx + ((torch.arange(size, dtype=torch.int64, device=device) + off) * strides[pre + dim]).view(shape)
     idx = idx.expand(data.shape).reshape(-1)
     bits = bits.reshape(-1)
     salt = _salt(st.key)  # type: ignore[attr-defined]
-    total = torch.zeros(3, dtype=torch.int64)
+    total = torch.zeros(3, dtype=torch.int64, device=device)
     for start in range(0, bits.numel(), chunk_rows * 64):
         a = bits[start : start + chunk_rows * 64]
         i = idx[start : start + chunk_rows * 64]
         h1 = (a * _P1 % _M + (i & 0xFFFFFFFF) * _P2 % _M + (i >> 32) * _P3 % _M + salt) % _M
         h2 = h1 * h1 % _M
-        total += torch.stack((h1.sum(), h2.sum(), torch.tensor(a.numel())))
+        total[0] += h1.sum()
+        total[1] += h2.sum()
+        total[2] += a.numel()
     return total
 
 
 def frozen_base_digest(model: nn.Module, group: dist.ProcessGroup | None = None) -> str:
     """SHA-256 hex digest of every frozen tensor of `model`, identical at any parallel layout."""
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    reduce = dist.is_initialized() and dist.get_world_size(group) > 1
+    device = collective_device(group) if reduce else None
     sums: dict[str, torch.Tensor] = {}
     for state_key, st in sharded_tensors(model):
         if state_key not in frozen:
             continue
-        acc = sums.setdefault(st.key, torch.zeros(3, dtype=torch.int64))
+        acc = sums.setdefault(st.key, torch.zeros(3, dtype=torch.int64, device=device or st.data.device))
         if _is_main_replica(st.replica_id):
-            acc += _partial_sums(st)
+            acc += _partial_sums(st).to(acc.device)
     keys = sorted(sums)
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
+    if reduce:
         # Every rank must contribute the same key list: gather the union first (PP stages differ).
         every: list[list[str]] = [[] for _ in range(dist.get_world_size(group))]
         dist.all_gather_object(every, keys, group=group)
         keys = sorted({k for ks in every for k in ks})
-        stacked = torch.stack([sums.get(k, torch.zeros(3, dtype=torch.int64)) for k in keys]) if keys else torch.zeros(0, 3, dtype=torch.int64)
+        stacked = torch.zeros(len(keys), 3, dtype=torch.int64, device=device)
+        for row, k in enumerate(keys):
+            if k in sums:
+                stacked[row] = sums[k]
         dist.all_reduce(stacked, group=group)
         sums = dict(zip(keys, stacked, strict=True))
+    values = {k: v.tolist() for k, v in sums.items()}  # one host copy per key, after the reduce
     h = hashlib.sha256()
     for k in keys:
-        h.update(k.encode() + b"\0" + ",".join(str(int(v)) for v in sums[k]).encode() + b"\n")
+        h.update(k.encode() + b"\0" + ",".join(str(int(v)) for v in values[k]).encode() + b"\n")
     return h.hexdigest()

@@ -109,7 +109,8 @@ class ScaleOutputLayer(_VocabParallel):
             self.weight.scale_frozen = True  # type: ignore[attr-defined]
         self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
         self._mark(self.weight_up)
-        self.register_buffer("route_counts", torch.zeros(2, dtype=torch.float64), persistent=False)
+        self.register_buffer("route_counts", torch.zeros(2, dtype=torch.float64, device=param_device(config)),
+                             persistent=False)
 
     def set_head(self, head: str) -> None:
         """Which logits forward returns: adapt (z_a), preserve (z_p), route, or auto: z_a while
@@ -146,7 +147,8 @@ class ScaleOutputLayer(_VocabParallel):
             logits = z_a
             if head == "route":
                 logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None)
-                self.route_counts += torch.tensor([keep.sum().item(), keep.numel()], dtype=torch.float64)
+                self.route_counts[0] += keep.sum()  # on the device: no host sync per forward
+                self.route_counts[1] += keep.numel()
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather and self.tp_size > 1:
             logits = mc.gather_from_tensor_model_parallel_region(logits, group=self.tp_group)

@@ -71,7 +71,7 @@ def route_statistics_cpp(z_p: torch.Tensor, z_a: torch.Tensor) -> torch.Tensor |
     ext = extension()
     if ext is None:
         return None
-    out = torch.empty(3, p2.shape[0], dtype=torch.float32)
+    out = torch.empty(3, p2.shape[0], dtype=torch.float32, device=z_p.device)
     if out.numel():
         ext.route_stats(
             p2.data_ptr(), a2.data_ptr(), out.data_ptr(), p2.shape[0], p2.shape[1],

@@ -5,6 +5,7 @@ split by --split into train/valid/test. Named evaluation sets (--eval-data-path 
 are whole datasets of their own. Sample order is a pure function of the iteration: global batch
 i holds samples [i*GB, (i+1)*GB), microbatch m of data-parallel rank r the slice
 m*mbs*dp + r*mbs. Resuming at a consumed-samples count therefore continues the exact stream.
+Each microbatch is collated on the host and moved to the run's device once, here (`to_device`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from megatron_scale import _mcore as mc
+from megatron_scale.model.inputs import causal_mask
 
 
 class VocabOnlyTokenizer:
@@ -62,21 +64,25 @@ def build_datasets(
     return Batches(train=train, evals=evals)
 
 
-def causal_mask(seq_length: int) -> torch.Tensor:
-    """[1, 1, s, s] bool, True where attention is masked (megatron-core's convention)."""
-    return torch.triu(torch.ones(1, 1, seq_length, seq_length, dtype=torch.bool), diagonal=1)
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """The one place a host batch moves to the run's device: pinned and asynchronous on CUDA."""
+    if device.type == "cuda":
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 def microbatches(
     dataset: Any, *, start_sample: int, micro_batch_size: int, num_microbatches: int, dp_rank: int, dp_size: int,
+    device: torch.device,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """This DP rank's microbatches of the global batch that begins at `start_sample`."""
+    """This DP rank's microbatches of the global batch that begins at `start_sample`, on `device`."""
     mask = None
     for m in range(num_microbatches):
         first = start_sample + m * micro_batch_size * dp_size + dp_rank * micro_batch_size
         samples = [dataset[(first + i) % len(dataset)] for i in range(micro_batch_size)]
-        batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]) for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        host = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]) for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        batch = to_device(host, device)
         if mask is None:
-            mask = causal_mask(batch["tokens"].shape[1])
+            mask = causal_mask(host["tokens"].shape[1], device)
         batch["attention_mask"] = mask
         yield batch

@@ -49,6 +49,7 @@ class Run:
     dp_rank: int
     dp_size: int
     model_args: dict[str, Any]
+    device: torch.device  # the run's one device: batches and collective buffers go here
     iteration: int = 0
     consumed: int = 0
 
@@ -74,13 +75,15 @@ def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
     return out, loss_func
 
 
-def _mean_loss(outputs: list[dict]) -> torch.Tensor:
+def _mean_loss(outputs: list[dict], device: torch.device) -> torch.Tensor:
     """The global batch's mean loss, the same on every rank: averaged over this rank's
     microbatches (on the last stage), over data-parallel ranks, then broadcast down the pipeline
-    (so every rank takes the same NaN decision)."""
-    value = torch.tensor(
-        [sum(float(o["lm loss"]) for o in outputs) / len(outputs) if outputs else 0.0], dtype=torch.float64
-    )
+    (so every rank takes the same NaN decision). Summed on `device`, one host sync at the end."""
+    value = torch.zeros(1, dtype=torch.float64, device=device)
+    for o in outputs:
+        value += o["lm loss"].to(device=device, dtype=torch.float64)
+    if outputs:
+        value /= len(outputs)
     ps = mc.parallel_state
     if ps.get_data_parallel_world_size() > 1:
         dist.all_reduce(value, group=ps.get_data_parallel_group())
@@ -107,8 +110,9 @@ def setup(args: argparse.Namespace) -> Run:
     source = resume or args.load
     model_args = run_model_args(args, recorded_model_args(source) if source else None,
                                 where=f"--load {source}", resuming=resume is not None)
-    init_distributed(args.tensor_model_parallel_size, args.pipeline_model_parallel_size, seed=args.seed, device=args.device)
-    model = build_model(args)
+    device = init_distributed(args.tensor_model_parallel_size, args.pipeline_model_parallel_size, seed=args.seed,
+                              device=args.device)
+    model = build_model(args).to(device)  # a no-op where megatron-core built it there already
     if args.load and resume is None:
         load_initial_weights(model, args.load)
     ddp = mc.DistributedDataParallel(
@@ -149,7 +153,7 @@ def setup(args: argparse.Namespace) -> Run:
         args=args, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
         log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=args.tensorboard_dir, train_iters=args.train_iters),
         num_microbatches=gb // (args.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
-        model_args=model_args,
+        model_args=model_args, device=device,
     )
     if resume is not None:
         run.iteration, run.consumed = load_run(resume, model, optimizer, scheduler, run.optimizer_meta)
@@ -163,9 +167,9 @@ def train_step(run: Run) -> dict[str, Any]:
     run.optimizer.zero_grad()
     data = microbatches(
         run.data.train, start_sample=run.consumed, micro_batch_size=a.micro_batch_size,
-        num_microbatches=run.num_microbatches, dp_rank=run.dp_rank, dp_size=run.dp_size,
+        num_microbatches=run.num_microbatches, dp_rank=run.dp_rank, dp_size=run.dp_size, device=run.device,
     )
-    loss = float(_mean_loss(_schedule(run, data, forward_only=False)))
+    loss = float(_mean_loss(_schedule(run, data, forward_only=False), run.device))
     skipped = not math.isfinite(loss)
     if skipped and not a.skip_nan:
         raise StopTraining(f"iteration {run.iteration + 1}: lm loss is {loss}; stopping (--skip-nan skips such steps)")
@@ -200,8 +204,9 @@ def evaluate(run: Run) -> dict[str, dict[str, float]]:
                 data = microbatches(
                     ds, start_sample=i * a.global_batch_size, micro_batch_size=a.micro_batch_size,
                     num_microbatches=run.num_microbatches, dp_rank=run.dp_rank, dp_size=run.dp_size,
+                    device=run.device,
                 )
-                losses.append(float(_mean_loss(_schedule(run, data, forward_only=True))))
+                losses.append(float(_mean_loss(_schedule(run, data, forward_only=True), run.device)))
             loss = sum(losses) / len(losses)
             results[name] = {"lm_loss": loss, "ppl": math.exp(min(loss, 50.0))}
             if heads and heads[0].routed:
@@ -222,8 +227,9 @@ class _Signals:
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True
 
-    def any_rank(self) -> bool:
-        flag = torch.tensor([1 if self.received else 0])
+    def any_rank(self, device: torch.device) -> bool:
+        """Whether any rank got a signal (an all-reduce over the default group: on `device`)."""
+        flag = torch.tensor([1 if self.received else 0], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
@@ -240,7 +246,7 @@ def train(args: argparse.Namespace) -> Run:
             if args.eval_interval and run.iteration % args.eval_interval == 0 and run.data.evals:
                 run.log.eval_line(run.iteration, evaluate(run))
             last = run.iteration == args.train_iters
-            stop = signals.any_rank()
+            stop = signals.any_rank(run.device)
             if args.save and ((args.save_interval and run.iteration % args.save_interval == 0) or last
                               or (stop and args.exit_signal_save)):
                 run.save()
