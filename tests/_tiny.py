@@ -2,7 +2,8 @@
 
 The base weights are drawn once as full (global) tensors in checkpoint keys, so the TP=1 and
 TP=2 models in a test are the same model, sharded differently. Call inside a process whose
-megatron parallel state is initialised (tests/_dist.py spawns them).
+megatron parallel state is initialised (tests/_dist.py spawns them). Models are built on the host
+(use_cpu_initialization) and moved to the run's device, as training does; batches are made there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ BATCH = 2
 LAYERS = 4
 HIDDEN, HEADS, GROUPS, FFN = 64, 16, 8, 128
 HEAD_DIM = HIDDEN // HEADS
+
+
+def device() -> torch.device:
+    """The device init_distributed chose for this rank (a GPU, or the CPU backend's cpu:0)."""
+    from megatron_scale.distributed import run_device
+
+    return run_device()
 
 
 def base_config(tp: int = 1, pp: int = 1, **overrides: Any) -> Any:
@@ -68,7 +76,7 @@ def build_base(cfg: Any, tied: bool, state: dict[str, torch.Tensor], **gpt_kwarg
         position_embedding_type="rope", **gpt_kwargs,
     )
     load_global_state_dict(model, state)
-    return model
+    return model.to(device())
 
 
 def build_scale(
@@ -79,15 +87,18 @@ def build_scale(
         position_embedding_type="rope", **gpt_kwargs,
     )
     load_upscaled(model, state)
-    return model
+    return model.to(device())
 
 
 def batch(seed: int = 1) -> dict[str, torch.Tensor]:
+    """A batch on this rank's device (drawn on the host from `seed`, so the same on any device)."""
+    from megatron_scale.model.inputs import causal_mask, position_ids
+
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g).to(device())
     return {
         "input_ids": ids[:, :-1].contiguous(),
-        "position_ids": torch.arange(SEQ).expand(BATCH, SEQ).contiguous(),
-        "attention_mask": torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool), 1),
+        "position_ids": position_ids(BATCH, SEQ, device()),
+        "attention_mask": causal_mask(SEQ, device()),
         "labels": ids[:, 1:].contiguous(),
     }

@@ -41,7 +41,7 @@ def _build(tp: int, **scale_overrides: Any) -> Any:
     return build_scale_gpt(
         _tiny.base_config(tp), ScaleConfig(**{**SCALE, **scale_overrides}), vocab_size=_tiny.VOCAB,
         max_sequence_length=_tiny.SEQ, position_embedding_type="rope", parallel_output=False,
-    ).eval()
+    ).to(_tiny.device()).eval()
 
 
 def _logits(model: Any) -> torch.Tensor:

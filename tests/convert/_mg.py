@@ -24,9 +24,11 @@ def megatron_logits(model: Any, ids: torch.Tensor) -> torch.Tensor | None:
     """Full [b, s, V] logits on the last pipeline stage (None elsewhere), at any TP/PP."""
     from megatron_scale import _mcore as mc
 
+    from megatron_scale.model.inputs import causal_mask, position_ids
+
     b, s = ids.shape
-    batch = {"ids": ids, "pos": torch.arange(s).expand(b, s).contiguous(),
-             "mask": torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), 1)}
+    device = next(model.parameters()).device
+    batch = {"ids": ids.to(device), "pos": position_ids(b, s, device), "mask": causal_mask(s, device)}
 
     def step(data: Any, m: Any) -> tuple[torch.Tensor, Any]:
         x = next(data)
@@ -47,5 +49,5 @@ def greedy(model: Any, ids: torch.Tensor, steps: int) -> torch.Tensor:
     """Greedy decoding by full recomputation (no KV cache): the reference for generate()."""
     for _ in range(steps):
         logits = megatron_logits(model, ids)
-        ids = torch.cat((ids, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+        ids = torch.cat((ids, logits[:, -1].argmax(-1, keepdim=True).to(ids.device)), dim=1)
     return ids

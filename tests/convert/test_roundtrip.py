@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests import _tiny
 from tests._dist import run_ranks
 from tests.convert import _hf
 from tests.convert._mg import megatron_logits
@@ -51,12 +52,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             out = base / f"mg-{tied}-{tp}{pp}"
             convert_hf_to_megatron(base / f"hf-{tied}", out, tp=tp, pp=pp, progress=False)
             args = MegatronReader(out).model_args()
-            model = build_llama_gpt(args, tp, pp).eval()
+            model = build_llama_gpt(args, tp, pp).to(_tiny.device()).eval()
             load_checkpoint(model, out)
             res[f"{tied}/{tp}{pp}"] = megatron_logits(model, ids)
             if (tp, pp) == (1, 1):
                 res[f"{tied}/inv_freq"] = model.rotary_pos_emb.inv_freq.clone()
-                plain = build_llama_gpt(dataclasses.replace(args, rope_scaling=False), 1, 1).eval()
+                plain = build_llama_gpt(dataclasses.replace(args, rope_scaling=False), 1, 1).to(_tiny.device()).eval()
                 load_checkpoint(plain, out)
                 res[f"{tied}/no_rope_scaling"] = megatron_logits(plain, ids)
             if (tp, pp) != UPSCALE_LAYOUT[tied]:
@@ -65,7 +66,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                scaled = build_model(args, MegatronReader(sc_dir).scale_dims, tp, pp).eval()
+                scaled = build_model(args, MegatronReader(sc_dir).scale_dims, tp, pp).to(_tiny.device()).eval()
                 load_checkpoint(scaled, sc_dir)
                 with output_head(scaled, "preserve"):
                     z_p = megatron_logits(scaled, ids)

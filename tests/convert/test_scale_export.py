@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests import _tiny
 from tests._dist import run_ranks
 from tests.convert import _hf
 from tests.convert._mg import greedy, megatron_logits
@@ -68,7 +69,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                          adapt_modules=("qkv", "proj", "fc1", "fc2"))
         upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
         reader = MegatronReader(base / f"up-{variant}")
-        model = build_model(reader.model_args(), reader.scale_dims, 2, 1).eval()
+        model = build_model(reader.model_args(), reader.scale_dims, 2, 1).to(_tiny.device()).eval()
         load_checkpoint(model, base / f"up-{variant}")
         _perturb(model, seed=11)
         record = {MODEL_ARGS: reader.model_args().to_json()}

@@ -28,7 +28,7 @@ def _build(cfg: Any, tied: bool, state: dict[str, torch.Tensor]) -> Any:
     model = mc.GPTModel(cfg, llama_block_spec(cfg), vocab_size=_tiny.VOCAB, max_sequence_length=_tiny.SEQ,
                         share_embeddings_and_output_weights=tied, position_embedding_type="rope")
     load_global_state_dict(model, state)
-    return model
+    return model.to(_tiny.device())
 
 
 def _body(rank: int, world: int) -> dict[str, Any]:

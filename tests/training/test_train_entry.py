@@ -202,7 +202,7 @@ def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
     # LLaMA-Pro's expanded model computes the base function exactly.
     state = _tiny.base_state_dict(tied=True)
     base = _tiny.build_base(_tiny.base_config(1), True, state).eval()
-    pro = build_model(_method_args("llama-pro", 1, "--llama-pro-blocks", "2")).eval()
+    pro = build_model(_method_args("llama-pro", 1, "--llama-pro-blocks", "2")).to(_tiny.device()).eval()
     load_global_state_dict(pro, expand_depth(state, _tiny.LAYERS, 2))
     b = _tiny.batch(seed=6)
     with torch.no_grad():
@@ -330,8 +330,6 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
     from megatron_scale.training.model import build_model, load_initial_weights
     from tests import _tiny
 
-    b = _tiny.batch(seed=7)
-
     def logits(model: Any) -> torch.Tensor:  # the whole vocabulary at any TP
         with torch.no_grad():
             z = model(b["input_ids"], b["position_ids"], b["attention_mask"])
@@ -345,22 +343,23 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
         return ""
 
     init_distributed(1, 1, device="cpu")  # TP=1 (x DP=2), then TP=2
+    b = _tiny.batch(seed=7)
     out: dict[Any, Any] = {}
     for tp in (1, 2):
         if tp == 2:
             mc.parallel_state.destroy_model_parallel()
             mc.parallel_state.initialize_model_parallel(2)
             mc.model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True)
-        base = build_model(_method_args("full", tp)).eval()
+        base = build_model(_method_args("full", tp)).to(_tiny.device()).eval()
         load_initial_weights(base, base_ckpt)
-        fresh = build_model(_method_args("lora", tp)).eval()
+        fresh = build_model(_method_args("lora", tp)).to(_tiny.device()).eval()
         r: dict[str, Any] = {"kind_base": load_initial_weights(fresh, base_ckpt)}
         r["bitwise"] = torch.equal(logits(fresh), logits(base))
         keys = {st.key for _, st in sharded_tensors(fresh)}
         r["base_keys_kept"] = {k for k in keys if not is_lora_key(k)} == {st.key for _, st in sharded_tensors(base)}
         r["lora_keys"] = sorted(k for k in keys if is_lora_key(k))
         r["fresh"] = {k: v for k, v in global_state_dict(fresh).items() if is_lora_key(k)}
-        trained = build_model(_method_args("lora", tp)).eval()
+        trained = build_model(_method_args("lora", tp)).to(_tiny.device()).eval()
         r["kind_lora"] = load_initial_weights(trained, lora_ckpt)  # saved at TP=2
         r["trained"] = global_state_dict(trained)
         r["trained_logits"] = logits(trained)
@@ -371,7 +370,7 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
     out["rank"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-rank", "4")), lora_ckpt))
     # a base checkpoint of another shape: one error naming --load and the offending key
     out["other_shape"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2, "--ffn-hidden-size", "64")), base_ckpt))
-    dropped = build_model(_method_args("lora", 2, "--lora-dropout", "0.5"))
+    dropped = build_model(_method_args("lora", 2, "--lora-dropout", "0.5")).to(_tiny.device())
     load_initial_weights(dropped, lora_ckpt)
     out["dropout_eval_same"] = torch.equal(logits(dropped.eval()), out[2]["trained_logits"])
     out["dropout_train_differs"] = not torch.equal(logits(dropped.train()), out[2]["trained_logits"])
