@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The GPU side of this repository in one command, on a machine with one CUDA GPU (an H100 node):
+#
+#   bash tools/gpu_check.sh [--wheels DIR] [--out DIR] [--skip-install] [--skip-bench]
+#
+# Needs: Python 3.12 with a CUDA build of PyTorch (the machine's own; it is never replaced), a GPU.
+# Installs into that Python, keeping its torch: megatron-core 0.19.2, Transformer Engine
+# (transformer-engine[pytorch]; optional: its tests skip, saying so, where it cannot be installed),
+# pytest, and this project (its other requirements). apex is used where present, never installed.
+# From a package index where one is reachable; with --wheels DIR, only from that folder of wheels
+# (pip --no-index --find-links DIR), for a GPU box without network: fill DIR elsewhere with
+#   pip download -d DIR megatron-core==0.19.2 'transformer-engine[pytorch]' pytest pytest-xdist -e .
+# Then it runs:
+#   1. the GPU tests: pytest -m "gpu or te" (every method trained, saved and resumed on the GPU,
+#      conversion with --verify on CUDA, the biography benchmark on CUDA, the TE/FP8 tests);
+#   2. tools/bench_scale.py in its GPU mode: bf16 local, bf16 Transformer Engine, FP8 hybrid
+#      delayed and tensorwise (TE ones only where TE imports).
+# Everything it prints is also written under OUT (default runs/gpu_check): pytest.log, the
+# benchmark tables bench_*.json / bench_*.txt, and versions.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WHEELS="" OUT="runs/gpu_check" INSTALL=1 BENCH=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheels) WHEELS="${2:?--wheels needs a folder}"; shift 2 ;;
+    --out) OUT="${2:?--out needs a folder}"; shift 2 ;;
+    --skip-install) INSTALL=0; shift ;;
+    --skip-bench) BENCH=0; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+PY="${PYTHON:-python3}"
+if [ -n "$WHEELS" ] && [ ! -d "$WHEELS" ]; then
+  echo "gpu_check.sh: --wheels $WHEELS is not a folder" >&2; exit 2
+fi
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "gpu_check.sh: no CUDA device visible to $PY (torch.cuda.is_available() is False); run it on a GPU node" >&2
+  exit 1
+fi
+mkdir -p "$OUT"
+torch_before=$("$PY" -c 'import torch; print(torch.__version__)')
+
+pip_install() {  # pip install "$@" from the index, or from --wheels only; never touching torch
+  if [ -n "$WHEELS" ]; then
+    "$PY" -m pip install -q --no-index --find-links "$WHEELS" "$@"
+  else
+    "$PY" -m pip install -q "$@"
+  fi
+}
+
+if [ "$INSTALL" = 1 ]; then
+  pip_install --no-deps "megatron-core==0.19.2"
+  pip_install "pytest>=8" "pytest-xdist>=3.5"
+  pip_install -e .  # its torch requirement is a floor: the machine's CUDA torch satisfies it
+  pip_install "transformer-engine[pytorch]" \
+    || echo "gpu_check.sh: Transformer Engine could not be installed; its tests will skip, saying so" >&2
+fi
+torch_after=$("$PY" -c 'import torch; print(torch.__version__)')
+if [ "$torch_before" != "$torch_after" ]; then
+  echo "gpu_check.sh: the install replaced torch $torch_before with $torch_after; restore it and use --skip-install" >&2
+  exit 1
+fi
+"$PY" -m megatron_scale.selfcheck 2>&1 | tee "$OUT/versions.txt" || true
+
+status=0
+"$PY" -m pytest -q -p no:cacheprovider -m "gpu or te" -rs tests 2>&1 | tee "$OUT/pytest.log" || status=1
+
+if [ "$BENCH" = 1 ]; then
+  have_te=$("$PY" -c 'from megatron_scale.model.te import te_available; print(int(te_available()))')
+  runs=("local_bf16:--bf16 --peak-tflops 989")
+  if [ "$have_te" = 1 ]; then
+    runs+=("te_bf16:--bf16 --transformer-impl transformer_engine --peak-tflops 989"
+           "te_fp8_delayed:--bf16 --transformer-impl transformer_engine --fp8-format hybrid --fp8-recipe delayed --peak-tflops 1979"
+           "te_fp8_tensorwise:--bf16 --transformer-impl transformer_engine --fp8-format hybrid --fp8-recipe tensorwise --peak-tflops 1979")
+  fi
+  for run in "${runs[@]}"; do
+    name=${run%%:*}
+    read -r -a flags <<< "${run#*:}"
+    echo "== tools/bench_scale.py --device cuda ${flags[*]}"
+    "$PY" tools/bench_scale.py --device cuda "${flags[@]}" --out "$OUT/bench_$name.json" 2>&1 \
+      | tee "$OUT/bench_$name.txt" || status=1
+  done
+fi
+echo "gpu_check.sh: outputs in $OUT; $([ "$status" = 0 ] && echo 'every step passed' || echo 'a step FAILED (see above)')"
+exit "$status"
