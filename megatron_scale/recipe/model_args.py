@@ -19,13 +19,14 @@ from megatron_scale.convert.model_args import LlamaArgs
 def from_train_flags(argv: Sequence[str]) -> LlamaArgs:
     """The architecture that `python -m megatron_scale.train ARGV` builds (vocabulary padded as
     the entry pads it)."""
-    from megatron_scale.training.arguments import build_parser, resolve_vocab
+    from megatron_scale.training.arguments import apply_defaults, build_parser, resolve_vocab
     from megatron_scale.training.model_args import from_flags
 
     parser = build_parser()
     for action in parser._actions:  # only the architecture is needed: no data, iterations or LR
         action.required = False
     args, _ = parser.parse_known_args(list(argv))
+    apply_defaults(args)
     resolve_vocab(args)
     return from_flags(args, args.num_layers)
 

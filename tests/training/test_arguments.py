@@ -17,7 +17,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _args(data: str, *extra: str) -> list[str]:
-    return [*MODEL, "--train-iters", "2", "--data-path", data, *extra]
+    return [*MODEL, "--train-iters", "4", "--data-path", data, *extra]
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str
 
 
 def test_missing_data_prefix(tmp_path: Path) -> None:
-    args = A.parse_args([*MODEL, "--train-iters", "2", "--data-path", str(tmp_path / "nope")])
+    args = A.parse_args([*MODEL, "--train-iters", "4", "--data-path", str(tmp_path / "nope")])
     with pytest.raises(ValueError, match=r"--data-path: dataset .*nope has no .*nope\.bin"):
         A.validate(args, 1)
 
@@ -77,7 +77,7 @@ def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> N
         A.validate(args, 1)
     model = list(MODEL)
     del model[model.index("--vocab-size"):model.index("--vocab-size") + 2]
-    args = A.parse_args([*model, "--train-iters", "2", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
+    args = A.parse_args([*model, "--train-iters", "4", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
     A.validate(args, 2)
     assert args.vocab_size == 512  # padded to a multiple of 128 x TP, as Megatron-LM pads
     with pytest.raises(ValueError, match="--tokenizer-type and --tokenizer-model go together"):
