@@ -107,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--load", default=None, help="SCALE checkpoint dir, or a base checkpoint (+ --scale-*)")
     g.add_argument("--save", default=None)
     g.add_argument("--save-interval", type=int, default=None)
-    g.add_argument("--eval-interval", type=int, default=None)
+    g.add_argument("--eval-interval", type=int, default=None,
+                   help="evaluate every N iterations, and before the first (the 'before' numbers) unless "
+                   "--no-eval-at-start or resuming")
+    g.add_argument("--no-eval-at-start", dest="eval_at_start", action="store_false",
+                   help="with --eval-interval: no evaluation at iteration 0")
     g.add_argument("--eval-iters", type=int, default=2)
     g.add_argument("--log-interval", type=int, default=1)
     g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
@@ -290,8 +294,9 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
     if args.load is not None and not os.path.isdir(args.load):
         raise ValueError(f"--load: checkpoint directory {args.load} does not exist")
     _validate_te(args)
-    if args.save_interval is not None and args.save is None:
-        raise ValueError("--save-interval needs --save")
+    for flag, given in (("--save-interval", args.save_interval is not None), ("--exit-signal-save", args.exit_signal_save)):
+        if given and args.save is None:
+            raise ValueError(f"{flag} needs --save")
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:
         raise ValueError(f"--freeze-layers {args.freeze_layers} must lie in 0..--num-layers {args.num_layers}")
     if args.method == "lora":

@@ -235,6 +235,8 @@ def train(args: argparse.Namespace) -> Run:
     signals = _Signals()
     first = run.iteration
     try:
+        if args.eval_interval and args.eval_at_start and run.iteration == 0 and run.data.evals:
+            run.log.eval_line(0, evaluate(run))  # the model as loaded: the "before" numbers
         while run.iteration < args.train_iters:
             values = train_step(run)
             if run.iteration % args.log_interval == 0:

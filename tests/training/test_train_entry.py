@@ -243,7 +243,26 @@ def test_each_method_trains_what_its_formula_counts() -> None:
 @pytest.fixture(scope="module")
 def pro_run(work: dict) -> dict[int, float]:
     return losses(train(1, work["root"] / "pro.jsonl", "--method", "llama-pro", "--llama-pro-blocks", "2",
-                        "--train-iters", str(ITERS), *_cont(work), "--save", str(work["root"] / "pro")))
+                        "--train-iters", str(ITERS), *_cont(work), "--save", str(work["root"] / "pro"),
+                        "--eval-data-path", f"en={work['en']}", f"ko={work['ko']}", "--eval-interval", str(ITERS),
+                        "--eval-iters", "2"))
+
+
+def test_eval_at_start_equals_a_zero_lr_evaluation(work: dict, pro_run: dict) -> None:
+    """With --eval-interval a run evaluates before its first step: the LLaMA-Pro run's iteration-0
+    record (its expanded model is the base function) equals one step of the base at LR 0 (the
+    workaround the recipe used before), and its last evaluation moved away from it."""
+    evals = records(work["root"] / "pro.jsonl", "eval/ko")
+    assert [r["iteration"] for r in evals] == [0, ITERS]
+    lr0 = work["root"] / "lr0.jsonl"
+    train(1, lr0, "--method", "full", *_cont(work), "--train-iters", "1", "--lr", "0", "--lr-warmup-iters", "0",
+          "--eval-data-path", f"en={work['en']}", f"ko={work['ko']}", "--eval-interval", "1", "--eval-iters", "2",
+          "--no-eval-at-start")
+    for name in ("en", "ko"):
+        start, = [r for r in records(work["root"] / "pro.jsonl", f"eval/{name}") if r["iteration"] == 0]
+        ref, = records(lr0, f"eval/{name}")
+        assert ref["iteration"] == 1 and start["lm_loss"] == pytest.approx(ref["lm_loss"], abs=1e-6), (name, start, ref)
+    assert evals[-1]["lm_loss"] < evals[0]["lm_loss"]
 
 
 def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict, pro_run: dict) -> None:
