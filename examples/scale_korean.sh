@@ -52,7 +52,7 @@ fi
 : "${BASE_ITERS:=300}" "${BASE_LR:=3e-3}"     # tiny base pre-training only
 : "${EVAL_ITERS:=4}" "${EVAL_INTERVAL:=$TRAIN_ITERS}" "${SAVE_INTERVAL:=50}" "${LOG_INTERVAL:=10}"
 : "${MODEL_FLAGS:=--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-query-groups 8 --ffn-hidden-size 384}"
-: "${SCALE_FLAGS:=--scale-router-tau 0.9}"   # --scale-* flags shared by upscaling and training
+: "${SCALE_FLAGS:=--scale-router-tau 0.9}"   # --scale-* flags of upscaling (training reads them from the checkpoint)
 : "${TRAIN_FLAGS:=}"                 # any other training flags, e.g. --bf16 --use-distributed-optimizer
 : "${KO_TRAIN_INPUT:=}" "${KO_EVAL_INPUT:=}" "${EN_EVAL_INPUT:=}"   # raw corpora (real models)
 : "${PREPROCESS_FLAGS:=--append-eod --workers 8}"
@@ -156,40 +156,34 @@ else
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER" "${pre_args[@]}"
   done
 fi
-COMMON=("${MODEL_ARGS[@]}" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER"
+# run flags only: every --load checkpoint records its model (and SCALE geometry), which training takes
+COMMON=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER"
   --seq-length "$SEQ_LENGTH" --micro-batch-size "$MICRO_BATCH" --global-batch-size "$GLOBAL_BATCH"
   --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP" --device "$DEVICE"
   --eval-data-path "en=$EN_EVAL" "ko=$KO_EVAL" --eval-iters "$EVAL_ITERS" --log-interval "$LOG_INTERVAL"
   --exit-signal-save "${EXTRA_ARGS[@]}")
 
 # ---- the base model ----------------------------------------------------------------------------
-MODEL_JSON=$WORKDIR/ckpt/model_args.json
 if [ -z "$HF_MODEL" ]; then
   step "pre-train a tiny base on English ($BASE_ITERS iterations, --method full from scratch)"
   RUN=$WORKDIR/runs/base
   if [ "$(done_iters "$RUN")" -ge "$BASE_ITERS" ]; then echo "base trained: $(last_ckpt "$RUN")"
   else
     RESUME=(); [ -f "$RUN/latest_checkpointed_iteration.txt" ] && RESUME=(--load "$RUN")
-    train "${COMMON[@]}" --method full --data-path "$EN_TRAIN" \
+    train "${MODEL_ARGS[@]}" "${COMMON[@]}" --method full --data-path "$EN_TRAIN" \
       --train-iters "$BASE_ITERS" --lr "$BASE_LR" --min-lr "$MIN_LR" --lr-decay-style cosine \
       --lr-warmup-iters "$WARMUP_ITERS" --eval-interval "$BASE_ITERS" --save "$RUN" --save-interval "$SAVE_INTERVAL" "${RESUME[@]}"
   fi
-  BASE=$(last_ckpt "$RUN") BASE_METRICS=$RUN/metrics.jsonl
-  [ -f "$MODEL_JSON" ] || single tools/model_args.py --output "$MODEL_JSON" -- "${COMMON[@]}"
+  BASE=$(last_ckpt "$RUN") BASE_REPORT=(--base "$RUN/metrics.jsonl")
 else
   step "convert $HF_MODEL to a Megatron checkpoint (TP=$TP, PP=$PP)"
   BASE=$WORKDIR/ckpt/base
   if [ -d "$BASE" ]; then echo "converted: $BASE"
   else single tools/convert_hf_to_megatron.py --load "$HF_MODEL" --save "$BASE" \
     --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP" --no-progress; fi
-  [ -f "$MODEL_JSON" ] || single tools/model_args.py --load "$BASE" --output "$MODEL_JSON"
-  mapfile -t flags < <("$PYTHON" tools/model_args.py --load "$BASE" --train-flags)
-  [ "${#flags[@]}" -gt 0 ] || die "could not read the model arguments of $BASE"
-  COMMON=("${flags[@]}" "${COMMON[@]:${#MODEL_ARGS[@]}}")
-  step "evaluate the base (one step at LR 0: English and Korean perplexity before training)"
-  BASE_METRICS=$WORKDIR/runs/base-eval/metrics.jsonl
-  [ -f "$BASE_METRICS" ] || train "${COMMON[@]}" --method full --load "$BASE" --data-path "$KO_TRAIN" \
-    --train-iters 1 --lr 0 --min-lr 0 --eval-interval 1 --metrics-file "$BASE_METRICS"
+  # the base's perplexities: every run evaluates at iteration 0, before its first step
+  read -r first_method _ <<<"$METHODS"
+  BASE_REPORT=(--base "$WORKDIR/runs/$first_method/metrics.jsonl" --base-iteration 0)
 fi
 
 # ---- upscale and train, per method ---------------------------------------------------------------
@@ -197,19 +191,19 @@ REPORT_RUNS=()
 for method in $METHODS; do
   RUN=$WORKDIR/runs/$method
   lr_var=LR_$(echo "$method" | tr 'a-z-' 'A-Z_')   # e.g. LR_FULL=1e-5 overrides LR for one method
-  INIT=$BASE METHOD_ARGS=()
+  INIT=$BASE
   if [[ $method == scale-* ]]; then
     step "upscale the base for $method"
-    INIT=$WORKDIR/ckpt/$method METHOD_ARGS=("${SCALE_ARGS[@]}")
+    INIT=$WORKDIR/ckpt/$method
     if [ -d "$INIT" ]; then echo "upscaled: $INIT"
-    else single tools/upscale_checkpoint.py --load "$BASE" --save "$INIT" --model-args "$MODEL_JSON" \
+    else single tools/upscale_checkpoint.py --load "$BASE" --save "$INIT" \
       --scale-variant "${method#scale-}" "${SCALE_ARGS[@]}" --tensor-model-parallel-size "$TP" --pipeline-model-parallel-size "$PP"; fi
   fi
   step "continue on Korean with --method $method ($TRAIN_ITERS iterations)"
   if [ "$(done_iters "$RUN")" -ge "$TRAIN_ITERS" ]; then echo "trained: $(last_ckpt "$RUN")"
   else
     LOAD=$INIT; [ -f "$RUN/latest_checkpointed_iteration.txt" ] && LOAD=$RUN   # requeued: resume
-    train "${COMMON[@]}" --method "$method" "${METHOD_ARGS[@]}" --load "$LOAD" --data-path "$KO_TRAIN" \
+    train "${COMMON[@]}" --method "$method" --load "$LOAD" --data-path "$KO_TRAIN" \
       --train-iters "$TRAIN_ITERS" --lr "${!lr_var:-$LR}" --min-lr "$MIN_LR" --lr-decay-style cosine \
       --lr-warmup-iters "$WARMUP_ITERS" --eval-interval "$EVAL_INTERVAL" --save "$RUN" --save-interval "$SAVE_INTERVAL"
   fi
@@ -217,7 +211,7 @@ for method in $METHODS; do
 done
 
 step "evaluate: English (forgetting) and Korean (learning) perplexity"
-single tools/scale_report.py --base "$BASE_METRICS" "${REPORT_RUNS[@]}" --output "$WORKDIR/report"
+single tools/scale_report.py "${BASE_REPORT[@]}" "${REPORT_RUNS[@]}" --output "$WORKDIR/report"
 
 if [ "$EXPORT" = 1 ]; then
   for method in $METHODS; do

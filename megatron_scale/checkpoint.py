@@ -18,7 +18,6 @@ A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the new
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -60,10 +59,7 @@ def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
 
 def _dims_record(model: nn.Module) -> dict[str, Any] | None:
     dims = getattr(model, "scale_dims", None)
-    if dims is None:
-        return None
-    rec = dataclasses.asdict(dims)
-    return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
+    return None if dims is None else dims.to_record()
 
 
 def _lora_record(model: nn.Module) -> dict[str, Any] | None:

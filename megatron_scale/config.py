@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 VARIANTS = ("preserve", "adapt", "route")
 INITS = ("svd", "normal", "zero")
@@ -86,6 +86,11 @@ class ScaleDims:
     @property
     def routed(self) -> bool:
         return self.variant == "route"
+
+    def to_record(self) -> dict[str, Any]:
+        """The checkpoint's `scale.dims` record: these fields, sets as sorted lists (JSON-like)."""
+        rec = dataclasses.asdict(self)
+        return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
 
     def adapts(self, layer: int, module: str) -> bool:
         """Whether W12 exists (trainable, zero-initialised) in `module` of 0-based `layer`."""

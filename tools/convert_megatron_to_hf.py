@@ -28,7 +28,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace --save if it exists")
     p.add_argument("--tokenizer", default=None, help="folder whose tokenizer files are copied into --save")
     p.add_argument("--verify", action="store_true", help="compare both models' logits on sample tokens")
-    p.add_argument("--verify-tolerance", type=float, default=1e-4, help="max |logit difference| (fp32)")
+    p.add_argument("--verify-tolerance", type=float, default=None,
+                   help="max |logit difference| (default: 6.1e-5 x max(1, max |logit|); both models run in fp32 "
+                   "on the export's weights)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="dtype of the exported weights (default: the checkpoint's)")
     p.add_argument("--model-args", default=None,

@@ -31,7 +31,10 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("processing")
     g.add_argument("--split-sentences", action="store_true")
     g.add_argument("--lang", default="auto", help="auto (per document by script), ko, or a Punkt language")
-    g.add_argument("--append-eod", action="store_true", help="end every document with the tokenizer's eos id")
+    g.add_argument("--append-eod", action="store_true",
+                   help="end every document with the tokenizer's document-end token (<|endoftext|>, <|end_of_text|>, "
+                   "</s>; else its eos_token), named in the summary")
+    g.add_argument("--eod-token", default=None, help="with --append-eod: the token that ends a document instead")
     g.add_argument("--min-chars", type=int, default=0, help="skip documents shorter than this (after NFC, stripped)")
     g.add_argument("--no-nfc", action="store_true", help="keep the text's Unicode normalisation as it is")
     g.add_argument("--no-dedup", action="store_true", help="keep exact duplicate documents")
@@ -55,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.min_chars < 0:
             raise ValueError(f"--min-chars {args.min_chars}: must be 0 or more")
+        if args.eod_token is not None and not args.append_eod:
+            raise ValueError("--eod-token needs --append-eod")
         if args.chunk_size < 1:
             raise ValueError(f"--chunk-size {args.chunk_size}: must be at least 1")
         settings = Settings(
-            tokenizer=TokenizerSpec(args.tokenizer_type, args.tokenizer_model), keys=tuple(args.json_keys),
+            tokenizer=TokenizerSpec(args.tokenizer_type, args.tokenizer_model, args.eod_token), keys=tuple(args.json_keys),
             split_sentences=args.split_sentences, lang=check_language(args.lang), min_chars=args.min_chars,
             append_eod=args.append_eod, nfc=not args.no_nfc,
         )

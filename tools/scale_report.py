@@ -18,6 +18,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", required=True, help="metrics JSONL holding the base model's evaluation")
+    p.add_argument("--base-iteration", type=int, default=None,
+                   help="take --base's evaluation at this iteration (0: before training) instead of its last")
     p.add_argument("--run", action="append", required=True, metavar="METHOD=METRICS", help="one per method")
     p.add_argument("--output", required=True, help="folder for results.json, report.md, perplexity.png")
     p.add_argument("--old", default="en", help="evaluation set that measures forgetting")
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_scale.recipe.report import write_report
 
     try:
-        results = write_report(args.base, runs, args.output, args.old, args.new)
+        results = write_report(args.base, runs, args.output, args.old, args.new, args.base_iteration)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,9 @@ its base tensor under the same module (hf_modeling/modeling_scale_llama.py):
     embedding.word_embeddings.weight_up               model.embed_tokens.weight_up
     output_layer.weight_up                            lm_head.weight_up
 The configuration and modeling files are copied from the package into the folder, and
-config.json's auto_map points transformers' Auto classes at them.
+config.json's auto_map points transformers' Auto classes at them. config.json's model_type is
+"llama" so the tokenizer loads without remote code; its hidden_act guards against loading the
+folder as a plain Llama (hf_modeling/configuration_scale_llama.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tqdm import tqdm
 
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
+from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD
 from megatron_scale.convert.megatron_io import MegatronReader
 from megatron_scale.convert.model_args import DTYPES, ConversionError, LlamaArgs
 from megatron_scale.model.layout import split_gate_up, split_qkv
@@ -100,7 +103,7 @@ def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: dict[str, A
 def scale_hf_config(args: LlamaArgs, dims: dict[str, Any], w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
     cfg = args.with_dtype(dtype).to_hf_config()
     cfg.update(
-        architectures=["ScaleLlamaForCausalLM"], model_type="scale_llama",
+        architectures=["ScaleLlamaForCausalLM"], model_type="llama", hidden_act=GUARD,
         auto_map={"AutoConfig": "configuration_scale_llama.ScaleLlamaConfig",
                   "AutoModelForCausalLM": "modeling_scale_llama.ScaleLlamaForCausalLM"},
         tie_word_embeddings=False, scale_tied_output=args.tied,

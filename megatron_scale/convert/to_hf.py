@@ -78,11 +78,12 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
 
 def convert_megatron_to_hf(
     ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
-    tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float = 1e-4,
+    tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
 ) -> dict[str, Any]:
-    """Export and return a summary (parameters, dtype, shards, verification error)."""
+    """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
+    `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
     dims = reader.scale_dims
@@ -102,14 +103,16 @@ def convert_megatron_to_hf(
             copy_tokenizer(tokenizer, tmp)
         result = summarize(summary, Path(out_dir), args, kind, out_dtype)
         if verify:
-            err = verifier.compare(
+            err, scaled = verifier.compare(
                 str(reader.dir), str(tmp), args, dims, lora=reader.lora, head="preserve" if preserve_head_only else "auto",
-                trust_remote_code=dims is not None and not preserve_head_only,
+                trust_remote_code=dims is not None and not preserve_head_only, dtype=DTYPES[out_dtype],
             )
-            result["verify_max_abs_error"] = err
-            if not err <= tolerance:
+            bound = scaled if tolerance is None else tolerance
+            result["verify_max_abs_error"], result["verify_tolerance"] = err, bound
+            if not err <= bound:
+                why = "--verify-tolerance" if tolerance is not None else f"{out_dtype} export, scaled by the largest logit"
                 raise ConversionError(
-                    f"--verify: exported logits differ from {reader.dir}'s by {err:.3g} > {tolerance:g}; "
-                    "nothing was written"
+                    f"--verify: exported logits differ from {reader.dir}'s by {err:.3g}, above the tolerance "
+                    f"{bound:.3g} ({why}); nothing was written"
                 )
     return result

@@ -11,7 +11,6 @@ SCALE setting and the layout are checked before any rank starts.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from pathlib import Path
@@ -28,11 +27,6 @@ from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
 from megatron_scale.convert.model_args import ConversionError, LlamaArgs
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.upscale import upscale_state_dict
-
-
-def _dims_record(dims: Any) -> dict[str, Any]:
-    rec = dataclasses.asdict(dims)
-    return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
 
 
 def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, Any], tp: int, pp: int, *,
@@ -58,7 +52,7 @@ def upscale_checkpoint(
         raise ConversionError(f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size}")
     reader.check_shapes(keymap.megatron_shapes(args))
     try:
-        dims = _dims_record(scale.resolve(args.transformer_config(tp, pp), tp))
+        dims = scale.resolve(args.transformer_config(tp, pp), tp).to_record()
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
     out = Path(out_dir)

@@ -3,6 +3,13 @@
 Both run in fp32 on the same sample tokens. The megatron side is rebuilt at TP=1, PP=1 from the
 checkpoint's global tensors (so any saved layout verifies), on a rank of its own; the HF side is
 loaded by transformers from the written folder, exactly as a user would load it.
+
+The reference's weights are first rounded to the export dtype, so both models hold the same
+numbers and only float32 arithmetic in another order separates them: the tolerance is
+RTOL x max(1, max |logit|) (RTOL = 512 float32 eps = 6.1e-5), whatever the model's size or
+the export dtype. The one place the two cannot hold the same numbers is a LoRA export below
+float32 (the merge W + BA is rounded, the reference rounds W, A and B apart): there the export
+dtype's eps is added to RTOL.
 """
 
 from __future__ import annotations
@@ -33,17 +40,26 @@ def megatron_forward(model: Any, ids: torch.Tensor, device: torch.device) -> tor
         return model(ids.to(device), position_ids(b, s, device), causal_mask(s, device)).cpu()
 
 
-def load_fp32(model: Any, reader: MegatronReader) -> None:
-    """Fill a (TP=1) model with a checkpoint's global tensors, cast to the model's dtype."""
+RTOL = 512 * torch.finfo(torch.float32).eps
+
+
+def tolerance(max_abs_logit: float, dtype: torch.dtype = torch.float32, merged: bool = False) -> float:
+    """The largest |logit difference| a correct export may show (see the module docstring)."""
+    rtol = RTOL + (torch.finfo(dtype).eps if merged and dtype != torch.float32 else 0.0)
+    return rtol * max(1.0, max_abs_logit)
+
+
+def load_fp32(model: Any, reader: MegatronReader, dtype: torch.dtype = torch.float32) -> None:
+    """Fill a (TP=1) fp32 model with a checkpoint's global tensors, rounded to `dtype` first."""
     keys = [k for k in reader.names() if not k.startswith(("optimizer", "rng", "rerun"))]
-    load_global_state_dict(model, {k: reader.get(k).float() for k in keys}, strict=True)
+    load_global_state_dict(model, {k: reader.get(k).to(dtype).float() for k in keys}, strict=True)
 
 
 def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lora: dict | None, ids: torch.Tensor,
-                          head: str, *, device: torch.device) -> torch.Tensor:
+                          head: str, dtype: torch.dtype, *, device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
     model = build_model(dataclasses.replace(args, params_dtype="float32"), dims, 1, 1, lora=lora).to(device).eval()
-    load_fp32(model, reader)
+    load_fp32(model, reader, dtype)
     if dims is None:
         return megatron_forward(model, ids, device)
     with output_head(model, head):
@@ -51,8 +67,8 @@ def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lor
 
 
 def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str = "auto",
-                    lora: dict | None = None) -> torch.Tensor:
-    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head)[0]
+                    lora: dict | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head, dtype)[0]
 
 
 def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
@@ -70,10 +86,11 @@ def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
 
 
 def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: dict | None, *, lora: dict | None = None,
-            head: str = "auto", trust_remote_code: bool = False) -> float:
-    """Max |logit difference| between the checkpoint and the exported folder. A LoRA checkpoint
-    runs as the LoRA model it is (adapters unmerged), so the merge is checked too."""
+            head: str = "auto", trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> tuple[float, float]:
+    """(max |logit difference|, its tolerance) between the checkpoint, its weights rounded to the
+    export `dtype`, and the exported folder. A LoRA checkpoint runs as the LoRA model it is
+    (adapters unmerged), so the merge is checked too."""
     ids = sample_tokens(args.vocab_size)
-    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora)
+    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora, dtype)
     got = hf_logits(folder, ids, trust_remote_code)
-    return float((ref - got).abs().max())
+    return float((ref - got).abs().max()), tolerance(float(ref.abs().max()), dtype, merged=lora is not None)

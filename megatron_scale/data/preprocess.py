@@ -46,9 +46,13 @@ class Summary:
     records: int
     seconds: float
     outputs: dict[str, KeySummary]
+    eod: str | None = None
+    """With --append-eod: the end-of-document token and its id."""
 
     def table(self) -> str:
         lines = [f"{self.files} files, {self.records} records in {self.seconds:.1f} s"]
+        if self.eod is not None:
+            lines.append(f"  every document ends with {self.eod} (--append-eod; --eod-token to change it)")
         for key, s in self.outputs.items():
             rate = s.tokens / max(self.seconds, 1e-9)
             lines.append(f"  [{key}] {s.documents} documents, {s.sentences} sentences, {s.tokens} tokens "
@@ -106,7 +110,9 @@ def preprocess(
     if workers < 1:
         raise ValueError(f"--workers {workers}: must be at least 1")
     files = expand_inputs(inputs)
-    vocab_size = settings.tokenizer.load().vocab_size  # a bad tokenizer fails here, before any output
+    tokenizer = settings.tokenizer.load()  # a bad tokenizer (or --eod-token) fails here, before any output
+    vocab_size = tokenizer.vocab_size
+    eod = f"{tokenizer.eod_token} (id {tokenizer.eod})" if settings.append_eod else None
     outs = {k: _Output(output_prefix(output_prefix_, k, settings.split_sentences), vocab_size) for k in settings.keys}
     summary = {k: KeySummary(o.prefix) for k, o in outs.items()}
     seen: dict[str, set[bytes]] = {k: set() for k in settings.keys}
@@ -158,7 +164,7 @@ def preprocess(
             pool.join()
         if bar is not None:
             bar.close()
-    return Summary(len(files), n_records, time.perf_counter() - start, summary)
+    return Summary(len(files), n_records, time.perf_counter() - start, summary, eod)
 
 
 def _parallel(pool: object, chunks: Iterator[list[Record]], window: int) -> Iterator[tuple[list, list[Record]]]:

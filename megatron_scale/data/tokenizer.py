@@ -1,8 +1,13 @@
 """Tokenizers for data preparation, all read from local files (nothing is downloaded).
 
     HuggingFaceTokenizer    a tokenizer.json, or a folder holding one (Llama-3's, or one made
-                            by `train_byte_bpe`); end-of-document is the folder's eos_token
+                            by `train_byte_bpe`)
     SentencePieceTokenizer  a SentencePiece .model file; end-of-document is its </s>
+
+End of document (what --append-eod appends) is not always the eos_token: an Instruct
+tokenizer's eos_token ends a chat turn (SmolLM2's `<|im_end|>`, Llama 3 Instruct's `<|eot_id|>`)
+while its vocabulary keeps the pre-training document end (`<|endoftext|>`, `<|end_of_text|>`).
+A known document-end token wins over the eos_token; `--eod-token` names another.
 
 Both encode without special tokens: a document's token ids are its text's, and --append-eod
 adds the end-of-document id. `TokenizerSpec` is the picklable description workers rebuild the
@@ -20,13 +25,14 @@ from typing import Protocol
 from megatron_scale.data.files import atomic_write
 
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
-EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # when no config names one
+EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # document ends, in order of preference
 BPE_EOD = "<|endoftext|>"
 
 
 class Tokenizer(Protocol):
     vocab_size: int
     eod: int
+    eod_token: str
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -35,10 +41,11 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """--tokenizer-type and --tokenizer-model, checked; `load()` builds the tokenizer."""
+    """--tokenizer-type, --tokenizer-model and --eod-token, checked; `load()` builds the tokenizer."""
 
     type: str
     model: str
+    eod_token: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in TOKENIZER_TYPES:
@@ -48,12 +55,12 @@ class TokenizerSpec:
 
     def load(self) -> Tokenizer:
         if self.type == "HuggingFaceTokenizer":
-            return HuggingFaceTokenizer(self.model)
-        return SentencePieceTokenizer(self.model)
+            return HuggingFaceTokenizer(self.model, self.eod_token)
+        return SentencePieceTokenizer(self.model, self.eod_token)
 
 
 class HuggingFaceTokenizer:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, eod_token: str | None = None) -> None:
         from tokenizers import Tokenizer as _Tok
 
         file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
@@ -65,24 +72,22 @@ class HuggingFaceTokenizer:
             raise ValueError(f"--tokenizer-model {file}: not a Hugging Face tokenizer.json ({e})") from e
         self.path = path
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        self.eod = self._eod_id(path)
+        self.eod_token = eod_token or self._document_end(path)
+        eod = self._tok.token_to_id(self.eod_token)
+        if eod is None:
+            raise ValueError(f"--eod-token {self.eod_token!r}: not a token of --tokenizer-model {path}")
+        self.eod: int = eod
 
-    def _eod_id(self, path: str) -> int:
-        names = list(EOD_CANDIDATES)
-        config = os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "tokenizer_config.json")
-        if os.path.isfile(config):
-            with open(config, encoding="utf-8") as f:
-                eos = json.load(f).get("eos_token")
-            if isinstance(eos, dict):
-                eos = eos.get("content")
-            if isinstance(eos, str):
-                names.insert(0, eos)
-        for name in names:
-            i = self._tok.token_to_id(name)
-            if i is not None:
-                return i
-        raise ValueError(f"--tokenizer-model {path}: no end-of-document token (eos_token in tokenizer_config.json, "
-                         f"or one of {', '.join(EOD_CANDIDATES)})")
+    def _document_end(self, path: str) -> str:
+        """A known document-end token of the vocabulary, else tokenizer_config.json's eos_token."""
+        for name in EOD_CANDIDATES:
+            if self._tok.token_to_id(name) is not None:
+                return name
+        eos = _eos_token(path)
+        if eos is not None and self._tok.token_to_id(eos) is not None:
+            return eos
+        raise ValueError(f"--tokenizer-model {path}: no end-of-document token (none of {', '.join(EOD_CANDIDATES)}, "
+                         "no eos_token in tokenizer_config.json); name one with --eod-token")
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -94,8 +99,19 @@ class HuggingFaceTokenizer:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
+def _eos_token(path: str) -> str | None:
+    config = os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "tokenizer_config.json")
+    if not os.path.isfile(config):
+        return None
+    with open(config, encoding="utf-8") as f:
+        eos = json.load(f).get("eos_token")
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    return eos if isinstance(eos, str) else None
+
+
 class SentencePieceTokenizer:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, eod_token: str | None = None) -> None:
         import sentencepiece
 
         try:
@@ -104,9 +120,13 @@ class SentencePieceTokenizer:
             raise ValueError(f"--tokenizer-model {path}: not a SentencePiece model ({e})") from e
         self.path = path
         self.vocab_size = self._sp.get_piece_size()
-        self.eod = self._sp.eos_id()
+        self.eod = self._sp.eos_id() if eod_token is None else self._sp.piece_to_id(eod_token)
+        if eod_token is not None and self._sp.id_to_piece(self.eod) != eod_token:
+            raise ValueError(f"--eod-token {eod_token!r}: not a piece of --tokenizer-model {path}")
         if self.eod < 0:
-            raise ValueError(f"--tokenizer-model {path}: the SentencePiece model has no </s> (eos) piece")
+            raise ValueError(f"--tokenizer-model {path}: the SentencePiece model has no </s> (eos) piece; "
+                             "name one with --eod-token")
+        self.eod_token = self._sp.id_to_piece(self.eod)
 
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)

@@ -2,7 +2,7 @@
 every method against the base, from the training entry's metrics JSONL files.
 
 Each run's last `eval/<name>` records are its final numbers; the baseline is a run of the base
-model's own evaluation (the tiny base's pre-training, or one zero-LR step on a converted base),
+model's own evaluation (the tiny base's pre-training, or a run's iteration-0 evaluation of a converted base),
 on the same held-out sets, sequence length, batch and --eval-iters. Outputs are written
 atomically: results.json (every number), report.md (the table) and a PNG plot.
 """
@@ -35,8 +35,8 @@ class Row:
     """SCALE-Route: share of tokens the router sent to the preservation head, per set."""
 
 
-def last_eval(metrics: str | os.PathLike) -> tuple[int, dict[str, dict]]:
-    """The last iteration's `eval/<name>` records of a metrics JSONL file."""
+def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple[int, dict[str, dict]]:
+    """The last iteration's (or `iteration`'s) `eval/<name>` records of a metrics JSONL file."""
     path = Path(metrics)
     if not path.is_file():
         raise FileNotFoundError(f"metrics file {path} does not exist (did the run finish?)")
@@ -53,12 +53,14 @@ def last_eval(metrics: str | os.PathLike) -> tuple[int, dict[str, dict]]:
             evals.setdefault(rec["iteration"], {})[kind[5:]] = rec
     if not evals:
         raise ValueError(f"{path}: no evaluation records (run with --eval-interval and --eval-data-path)")
-    it = max(evals)
+    if iteration is not None and iteration not in evals:
+        raise ValueError(f"{path}: no evaluation at iteration {iteration} (evaluated at {sorted(evals)})")
+    it = max(evals) if iteration is None else iteration
     return it, evals[it]
 
 
-def row(method: str, metrics: str | os.PathLike) -> Row:
-    it, recs = last_eval(metrics)
+def row(method: str, metrics: str | os.PathLike, iteration: int | None = None) -> Row:
+    it, recs = last_eval(metrics, iteration)
     return Row(method=method, iteration=it, ppl={k: float(r["ppl"]) for k, r in recs.items()},
                preserve_fraction={k: float(r["preserve_fraction"]) for k, r in recs.items() if "preserve_fraction" in r})
 
@@ -122,12 +124,13 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
-                 old: str = "en", new: str = "ko") -> dict:
+                 old: str = "en", new: str = "ko", base_iteration: int | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png under out_dir; return
-    the results (with the table under "table")."""
+    the results (with the table under "table"). The base's numbers are `base_metrics`' last
+    evaluation, or its evaluation at `base_iteration` (0: a run's before-training evaluation)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    base = row("base", base_metrics)
+    base = row("base", base_metrics, base_iteration)
     rows = [row(m, p) for m, p in runs.items()]
     for r in [base, *rows]:
         missing = {old, new} - set(r.ppl)

@@ -17,6 +17,11 @@ from megatron_scale.cli import add_scale_arguments, scale_config_from_args
 from megatron_scale.config import ScaleConfig
 from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 
+# Model flags whose default applies only where --load records no value (training/inherit.py).
+ARCH_DEFAULTS = {"rotary_base": 10000.0, "use_rope_scaling": False, "rope_scaling_factor": 8.0, "norm_epsilon": 1e-5,
+                 "untie_embeddings_and_output_weights": False}
+LORA_DEFAULTS = {"lora_rank": 8, "lora_alpha": 16.0}
+REQUIRED_ARCH = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
 
 
@@ -26,24 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Continual pre-training with SCALE (or a baseline) on Megatron-Core.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    g = p.add_argument_group("model (Megatron-LM names)")
-    g.add_argument("--num-layers", type=int, required=True)
-    g.add_argument("--hidden-size", type=int, required=True)
-    g.add_argument("--num-attention-heads", type=int, required=True)
+    g = p.add_argument_group("model (Megatron-LM names; taken from --load when it records them)")
+    g.add_argument("--num-layers", type=int, default=None, help="needed unless --load records the model")
+    g.add_argument("--hidden-size", type=int, default=None, help="needed unless --load records the model")
+    g.add_argument("--num-attention-heads", type=int, default=None, help="needed unless --load records the model")
     g.add_argument("--num-query-groups", type=int, default=None, help="GQA groups (default: heads)")
-    g.add_argument("--ffn-hidden-size", type=int, required=True)
-    g.add_argument("--kv-channels", type=int, default=None)
+    g.add_argument("--ffn-hidden-size", type=int, default=None, help="needed unless --load records the model")
+    g.add_argument("--kv-channels", type=int, default=None, help="head size (default: hidden / heads)")
     g.add_argument("--vocab-size", type=int, default=None,
                    help="model vocabulary size (default: the tokenizer's, padded to --make-vocab-size-divisible-by x TP)")
     g.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
     g.add_argument("--tokenizer-type", choices=("HuggingFaceTokenizer", "SentencePieceTokenizer"), default=None)
     g.add_argument("--tokenizer-model", default=None, help="tokenizer.json, a folder holding one, or a .model")
-    g.add_argument("--max-position-embeddings", type=int, default=None)
-    g.add_argument("--rotary-base", type=int, default=10000)
-    g.add_argument("--use-rope-scaling", action="store_true", help="Llama 3.x RoPE frequency scaling")
-    g.add_argument("--rope-scaling-factor", type=float, default=8.0, help="with --use-rope-scaling")
-    g.add_argument("--norm-epsilon", type=float, default=1e-5)
-    g.add_argument("--untie-embeddings-and-output-weights", action="store_true")
+    g.add_argument("--max-position-embeddings", type=int, default=None, help="default: --seq-length")
+    g.add_argument("--rotary-base", type=float, default=None, help=f"RoPE theta (default {ARCH_DEFAULTS['rotary_base']:g})")
+    g.add_argument("--use-rope-scaling", action="store_true", default=None, help="Llama 3.x RoPE frequency scaling")
+    g.add_argument("--rope-scaling-factor", type=float, default=None,
+                   help=f"with --use-rope-scaling (default {ARCH_DEFAULTS['rope_scaling_factor']:g})")
+    g.add_argument("--norm-epsilon", type=float, default=None, help=f"default {ARCH_DEFAULTS['norm_epsilon']:g}")
+    g.add_argument("--untie-embeddings-and-output-weights", action="store_true", default=None)
     g.add_argument("--init-method-std", type=float, default=0.02)
 
     g = p.add_argument_group("method")
@@ -51,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--freeze-layers", type=int, default=3, help="freeze: bottom layers frozen (+ input embedding)")
     g.add_argument("--llama-pro-blocks", type=int, default=None,
                    help="llama-pro: blocks inserted (default num-layers/4); --num-layers stays the base's")
-    g.add_argument("--lora-rank", type=int, default=8, help="lora: rank r of every adapter")
-    g.add_argument("--lora-alpha", type=float, default=16.0, help="lora: the update is scaled by alpha / r")
+    g.add_argument("--lora-rank", type=int, default=None, help="lora: rank r of every adapter (default 8)")
+    g.add_argument("--lora-alpha", type=float, default=None, help="lora: the update is scaled by alpha / r (default 16)")
     g.add_argument("--lora-dropout", type=float, default=0.0, help="lora: dropout on the adapters' input")
 
     add_scale_arguments(p.add_argument_group("SCALE (--scale-*)"))
@@ -101,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--load", default=None, help="SCALE checkpoint dir, or a base checkpoint (+ --scale-*)")
     g.add_argument("--save", default=None)
     g.add_argument("--save-interval", type=int, default=None)
-    g.add_argument("--eval-interval", type=int, default=None)
+    g.add_argument("--eval-interval", type=int, default=None,
+                   help="evaluate every N iterations, and before the first (the 'before' numbers) unless "
+                   "--no-eval-at-start or resuming")
+    g.add_argument("--no-eval-at-start", dest="eval_at_start", action="store_false",
+                   help="with --eval-interval: no evaluation at iteration 0")
     g.add_argument("--eval-iters", type=int, default=2)
     g.add_argument("--log-interval", type=int, default=1)
     g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
@@ -183,6 +193,72 @@ def _validate_te(args: argparse.Namespace) -> None:
     check_te_flags(args.transformer_impl, args.fp8_format, args.fp8_recipe, args.bf16, args.device)
 
 
+def apply_defaults(args: argparse.Namespace) -> None:
+    """The defaults of the model flags that neither the user nor --load's record set
+    (training/inherit.py); the four sizes have none."""
+    for attr, value in {**ARCH_DEFAULTS, **LORA_DEFAULTS}.items():
+        if getattr(args, attr) is None:
+            setattr(args, attr, value)
+    missing = ["--" + a.replace("_", "-") for a in REQUIRED_ARCH if getattr(args, a) is None]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} needed: give them, or --load a checkpoint that records its model "
+                         "(converted, upscaled or trained)")
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+
+
+def validate_schedule(args: argparse.Namespace) -> None:
+    """The iteration counts, batch sizes, LR schedule and optimizer settings, which megatron-core
+    only asserts on (OptimizerParamScheduler: warm-up below the decay horizon, min LR <= LR)."""
+    _positive(args, "train_iters", "micro_batch_size", "global_batch_size", "seq_length", "log_interval",
+              "eval_iters", "lr_decay_iters", "save_interval", "eval_interval")
+    if args.lr < 0 or args.min_lr < 0:
+        raise ValueError(f"--lr {args.lr} / --min-lr {args.min_lr}: learning rates must be >= 0")
+    if args.min_lr > args.lr:
+        raise ValueError(f"--min-lr {args.min_lr} is above --lr {args.lr}")
+    if args.lr_warmup_iters < 0:
+        raise ValueError(f"--lr-warmup-iters {args.lr_warmup_iters}: must be >= 0")
+    horizon = ("--lr-decay-iters", args.lr_decay_iters) if args.lr_decay_iters else ("--train-iters", args.train_iters)
+    if args.lr_warmup_iters >= horizon[1]:
+        raise ValueError(f"--lr-warmup-iters {args.lr_warmup_iters} must be below {horizon[0]} {horizon[1]} "
+                         "(warm-up ends before the LR decays)")
+    if args.weight_decay < 0 or args.clip_grad < 0:
+        raise ValueError(f"--weight-decay {args.weight_decay} / --clip-grad {args.clip_grad}: must be >= 0")
+    for flag, beta in (("--adam-beta1", args.adam_beta1), ("--adam-beta2", args.adam_beta2)):
+        if not 0 <= beta < 1:
+            raise ValueError(f"{flag} {beta}: must lie in [0, 1)")
+    parts = args.split.replace("/", ",").split(",")
+    try:
+        weights = [float(x) for x in parts]
+    except ValueError:
+        weights = []
+    if not 1 <= len(weights) <= 3 or min(weights) < 0 or sum(weights) <= 0:
+        raise ValueError(f"--split {args.split!r}: expected up to three non-negative weights, e.g. 98,2,0")
+
+
+def validate_shape(args: argparse.Namespace, tp: int) -> None:
+    """Head, group, FFN and vocabulary sizes against each other and TP (megatron-core asserts)."""
+    heads, groups = args.num_attention_heads, args.num_query_groups or args.num_attention_heads
+    if heads % groups:
+        raise ValueError(f"--num-attention-heads {heads} is not divisible by --num-query-groups {groups}")
+    if args.kv_channels is None and args.hidden_size % heads:
+        raise ValueError(f"--hidden-size {args.hidden_size} is not divisible by --num-attention-heads {heads} "
+                         "(give --kv-channels for another head size)")
+    for flag, value in (("--num-attention-heads", heads), ("--num-query-groups", groups),
+                        ("--ffn-hidden-size", args.ffn_hidden_size), ("--vocab-size", args.vocab_size)):
+        if value % tp:
+            raise ValueError(f"{flag} {value} is not divisible by --tensor-model-parallel-size {tp}")
+    context = args.max_position_embeddings
+    if context is not None and args.seq_length > context:
+        raise ValueError(f"--seq-length {args.seq_length} exceeds the model's --max-position-embeddings {context} "
+                         "(give a larger --max-position-embeddings to extend the context on purpose)")
+
+
 def validate(args: argparse.Namespace, world_size: int) -> None:
     """Everything checkable before a process group exists. Raises ValueError naming the flag."""
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
@@ -192,7 +268,10 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
             f"--pipeline-model-parallel-size {pp}"
         )
     dp = world_size // (tp * pp)
+    apply_defaults(args)
+    validate_schedule(args)
     resolve_vocab(args)
+    validate_shape(args, tp)
     if args.global_batch_size % (args.micro_batch_size * dp):
         raise ValueError(
             f"--global-batch-size {args.global_batch_size} is not divisible by --micro-batch-size "
@@ -215,8 +294,9 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
     if args.load is not None and not os.path.isdir(args.load):
         raise ValueError(f"--load: checkpoint directory {args.load} does not exist")
     _validate_te(args)
-    if args.save_interval is not None and args.save is None:
-        raise ValueError("--save-interval needs --save")
+    for flag, given in (("--save-interval", args.save_interval is not None), ("--exit-signal-save", args.exit_signal_save)):
+        if given and args.save is None:
+            raise ValueError(f"{flag} needs --save")
     if args.method == "freeze" and not 0 <= args.freeze_layers <= args.num_layers:
         raise ValueError(f"--freeze-layers {args.freeze_layers} must lie in 0..--num-layers {args.num_layers}")
     if args.method == "lora":

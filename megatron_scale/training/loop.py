@@ -13,6 +13,7 @@ import argparse
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import build_model, load_initial_weights
 from megatron_scale.training.model_args import recorded_model_args, run_model_args
+from megatron_scale.training.preflight import FlagError, check_args
 
 
 class StopTraining(RuntimeError):
@@ -105,7 +107,7 @@ def _schedule(run: Run, data: Any, forward_only: bool) -> list[dict]:
 
 def setup(args: argparse.Namespace) -> Run:
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    A.validate(args, world)
+    check_args(args, world)
     resume = latest_iteration_dir(args.load) if args.load else None
     source = resume or args.load
     model_args = run_model_args(args, recorded_model_args(source) if source else None,
@@ -239,6 +241,8 @@ def train(args: argparse.Namespace) -> Run:
     signals = _Signals()
     first = run.iteration
     try:
+        if args.eval_interval and args.eval_at_start and run.iteration == 0 and run.data.evals:
+            run.log.eval_line(0, evaluate(run))  # the model as loaded: the "before" numbers
         while run.iteration < args.train_iters:
             values = train_step(run)
             if run.iteration % args.log_interval == 0:
@@ -263,5 +267,9 @@ def main(argv: list[str] | None = None) -> None:
     args = A.parse_args(argv)
     try:
         train(args)
+    except FlagError as e:  # raised alike on every rank, before any process group: say it once
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     finally:
         destroy_distributed()

@@ -197,3 +197,34 @@ def test_upscale_refusals_name_the_flag(results: dict) -> None:
     with pytest.raises(ConversionError, match=r"--save .*mg-False-11 exists"):
         upscale_checkpoint(root / "mg-True-21", root / "mg-False-11", ScaleConfig(heads_up=4), tp=2)
     assert not (root / "never").exists()
+
+
+@pytest.mark.dist
+def test_verify_tolerance_scales_and_catches_one_bad_weight(results: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A correct bfloat16 export of a float32 checkpoint passes (its reference runs on the same
+    rounded weights) with the tolerance reported beside the error; the same export with one
+    element of one weight moved fails and writes nothing."""
+    from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+    from megatron_scale.convert import to_hf as to_hf_module
+    from megatron_scale.convert.verify import RTOL
+
+    root = results["root"]
+    good = convert_megatron_to_hf(root / "mg-False-11", root / "verify-bf16", dtype="bfloat16", verify=True, progress=False)
+    err, tol = good["verify_max_abs_error"], good["verify_tolerance"]
+    assert err <= tol and tol > 2 * RTOL, good  # the bound scales with the largest logit (> 1 here)
+    target = "model.layers.1.mlp.down_proj.weight"
+    write = to_hf_module.write_shards
+
+    def one_bad_weight(items, *a, **k):  # type: ignore[no-untyped-def]
+        def moved():  # type: ignore[no-untyped-def]
+            for name, t in items:
+                if name == target:
+                    t = t.clone()
+                    t[3, 5] += 0.05
+                yield name, t
+        return write(moved(), *a, **k)
+
+    monkeypatch.setattr(to_hf_module, "write_shards", one_bad_weight)
+    with pytest.raises(ConversionError, match=r"--verify: exported logits differ .* by \S+, above the tolerance \S+ \(bfloat16"):
+        convert_megatron_to_hf(root / "mg-False-11", root / "verify-bad", dtype="bfloat16", verify=True, progress=False)
+    assert not (root / "verify-bad").exists()

@@ -191,3 +191,33 @@ def test_preserve_head_only_refuses_a_moved_base_path(results: dict) -> None:
     with pytest.raises(ConversionError, match=r"--preserve-head-only: .* non-zero W12 .*weight_12.layer2"):
         convert_megatron_to_hf(root / "sc-adapt", root / "adapt-preserve-only", preserve_head_only=True)
     assert not (root / "adapt-preserve-only").exists()
+
+
+@pytest.mark.dist
+def test_tokenizer_loads_without_remote_code_and_the_model_only_with_it(results: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As users write it: AutoTokenizer.from_pretrained(folder) (no question asked: transformers
+    asks through input(), which fails here) and AutoModelForCausalLM with trust_remote_code; without
+    it the folder refuses to load as a plain Llama, naming trust_remote_code."""
+    import builtins
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    from megatron_scale.convert import convert_megatron_to_hf
+    from megatron_scale.data.tokenizer import train_byte_bpe
+
+    root = results["root"]
+    tok_dir = train_byte_bpe(["a few words of text to learn from"] * 10, 300, str(root / "tok"))
+    out = root / "hf-route-tok"
+    convert_megatron_to_hf(root / "sc-route", out, tokenizer=tok_dir, progress=False)
+
+    def asked(*args: object, **kwargs: object) -> str:
+        raise AssertionError(f"transformers asked: {args}")
+
+    monkeypatch.setattr(builtins, "input", asked)
+    tok = AutoTokenizer.from_pretrained(out)
+    text = "a few words, and some more"
+    assert tok(text).input_ids == PreTrainedTokenizerFast(tokenizer_file=tok_dir + "/tokenizer.json")(text).input_ids
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True, dtype=torch.float32)
+    assert type(model).__name__ == "ScaleLlamaForCausalLM"
+    with pytest.raises(Exception, match="trust_remote_code=True"):
+        AutoModelForCausalLM.from_pretrained(out)

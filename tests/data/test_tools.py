@@ -52,3 +52,43 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path) -> None:
     r = _tool("inspect_dataset.py", str(tmp_path / "missing"))
     assert r.returncode == 2 and "missing.bin" in r.stderr, r.stderr
     assert os.listdir(tmp_path) == ["a.jsonl"]  # nothing written by the failed runs
+
+
+def _chat_tokenizer(folder: Path, document_end: str, chat_end: str) -> dict[str, int]:
+    """A byte-level BPE with a document-end and a chat-end token, whose tokenizer_config.json names
+    the chat end as eos_token (as SmolLM2-Instruct's and Llama 3 Instruct's do)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[chat_end, document_end], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["some text to learn from"] * 10, trainer=trainer)
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": chat_end}))
+    return {t: tok.token_to_id(t) for t in (document_end, chat_end)}
+
+
+def test_append_eod_ends_documents_with_the_document_end_token(tmp_path: Path) -> None:
+    from megatron_scale import _mcore as mc
+
+    (tmp_path / "a.jsonl").write_text('{"text": "some text"}\n{"text": "more text"}\n')
+    for document_end, chat_end in (("<|endoftext|>", "<|im_end|>"), ("<|end_of_text|>", "<|eot_id|>")):
+        folder = tmp_path / chat_end.strip("<|>")
+        ids = _chat_tokenizer(folder, document_end, chat_end)
+        assert ids[document_end] != ids[chat_end]
+        for extra, want in (((), document_end), (("--eod-token", chat_end), chat_end)):
+            out = tmp_path / f"{folder.name}{len(extra)}"
+            r = _tool("preprocess_data.py", "--input", str(tmp_path / "a.jsonl"), "--output-prefix", str(out),
+                      "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder), "--append-eod",
+                      "--no-progress", *extra)
+            assert r.returncode == 0, r.stderr
+            assert f"every document ends with {want} (id {ids[want]})" in r.stdout, r.stdout
+            ds = mc.IndexedDataset(f"{out}_text_document")
+            assert [int(ds[i][-1]) for i in range(len(ds))] == [ids[want]] * 2
+    r = _tool("preprocess_data.py", "--input", str(tmp_path / "a.jsonl"), "--output-prefix", str(tmp_path / "x"),
+              "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder), "--append-eod",
+              "--eod-token", "<|nope|>")
+    assert r.returncode == 2 and "--eod-token '<|nope|>': not a token" in r.stderr, r.stderr

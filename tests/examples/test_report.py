@@ -56,3 +56,13 @@ def test_a_run_without_evaluation_is_named(tmp_path: Path) -> None:
         write_report(base, {"full": only_en}, tmp_path / "out")
     with pytest.raises(FileNotFoundError, match="missing.jsonl does not exist"):
         write_report(base, {"full": str(tmp_path / "missing.jsonl")}, tmp_path / "out")
+
+
+def test_base_from_a_runs_iteration_zero(tmp_path: Path) -> None:
+    """A converted base has no run of its own: its numbers are a run's before-training evaluation."""
+    run = _metrics(tmp_path / "p.jsonl", {0: {"en": 100.0, "ko": 1000.0}, 20: {"en": 110.0, "ko": 200.0}})
+    res = write_report(run, {"scale-preserve": run}, tmp_path / "out", base_iteration=0)
+    assert res["base"]["iteration"] == 0 and res["base"]["ppl"] == {"en": 100.0, "ko": 1000.0}
+    assert res["runs"][0]["iteration"] == 20
+    with pytest.raises(ValueError, match=r"no evaluation at iteration 5 \(evaluated at \[0, 20\]\)"):
+        write_report(run, {"scale-preserve": run}, tmp_path / "out", base_iteration=5)

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 VOCAB = 96
-MODEL = (
-    "--num-layers 4 --hidden-size 64 --num-attention-heads 16 --num-query-groups 8 "
-    "--ffn-hidden-size 128 --vocab-size 96 --seq-length 16 --micro-batch-size 2 "
-    "--global-batch-size 8 --lr 3e-3 --lr-warmup-iters 2 --device cpu --log-interval 1"
-).split()
+ARCH = ("--num-layers 4 --hidden-size 64 --num-attention-heads 16 --num-query-groups 8 --ffn-hidden-size 128 "
+        "--vocab-size 96").split()
+RUN = ("--seq-length 16 --micro-batch-size 2 --global-batch-size 8 --lr 3e-3 --lr-warmup-iters 2 --device cpu "
+       "--log-interval 1").split()
+MODEL = (*ARCH, *RUN)
 
 
 def make_dataset(prefix: Path, seed: int, docs: int = 200) -> str:
@@ -33,8 +33,11 @@ def make_dataset(prefix: Path, seed: int, docs: int = 200) -> str:
 
 
 def command(nproc: int, *args: str) -> list[str]:
+    """The entry's command line: with --load, only the run's flags (the checkpoint records the
+    architecture); without, the tiny model's too."""
+    model = RUN if "--load" in args else MODEL
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "megatron_scale.train", *MODEL, *args]
+            "-m", "megatron_scale.train", *model, *args]
 
 
 def train(nproc: int, metrics: Path, *args: str, timeout: int = 300) -> list[dict]:

@@ -17,7 +17,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _args(data: str, *extra: str) -> list[str]:
-    return [*MODEL, "--train-iters", "2", "--data-path", data, *extra]
+    return [*MODEL, "--train-iters", "4", "--data-path", data, *extra]
 
 
 @pytest.mark.parametrize(
@@ -43,6 +43,19 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--transformer-impl", "transformer_engine", "--method", "lora"), 1, "--method lora: not with --transformer-impl"),
         (("--transformer-impl", "transformer_engine", "--device", "cpu"), 1, "--transformer-impl transformer_engine needs --device cuda"),
         (("--transformer-impl", "transformer_engine"), 1, "--transformer-impl transformer_engine"),
+        # what megatron-core would only assert on, mid-setup
+        (("--lr-warmup-iters", "4"), 1, "--lr-warmup-iters 4 must be below --train-iters 4"),
+        (("--lr-decay-iters", "2"), 1, "--lr-warmup-iters 2 must be below --lr-decay-iters 2"),
+        (("--lr-decay-iters", "0"), 1, "--lr-decay-iters 0: must be at least 1"),
+        (("--min-lr", "1"), 1, "--min-lr 1.0 is above --lr"),
+        (("--micro-batch-size", "0"), 1, "--micro-batch-size 0"),
+        (("--log-interval", "0"), 1, "--log-interval 0"),
+        (("--adam-beta2", "1"), 1, "--adam-beta2"),
+        (("--split", "98,x"), 1, "--split"),
+        (("--num-query-groups", "3"), 1, "--num-attention-heads 16 is not divisible by --num-query-groups 3"),
+        (("--vocab-size", "95", "--tensor-model-parallel-size", "2"), 2, "--vocab-size 95 is not divisible"),
+        (("--seq-length", "64", "--max-position-embeddings", "32"), 1, "--seq-length 64 exceeds"),
+        (("--exit-signal-save",), 1, "--exit-signal-save needs --save"),
     ],
 )
 def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:
@@ -52,7 +65,7 @@ def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str
 
 
 def test_missing_data_prefix(tmp_path: Path) -> None:
-    args = A.parse_args([*MODEL, "--train-iters", "2", "--data-path", str(tmp_path / "nope")])
+    args = A.parse_args([*MODEL, "--train-iters", "4", "--data-path", str(tmp_path / "nope")])
     with pytest.raises(ValueError, match=r"--data-path: dataset .*nope has no .*nope\.bin"):
         A.validate(args, 1)
 
@@ -77,7 +90,7 @@ def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> N
         A.validate(args, 1)
     model = list(MODEL)
     del model[model.index("--vocab-size"):model.index("--vocab-size") + 2]
-    args = A.parse_args([*model, "--train-iters", "2", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
+    args = A.parse_args([*model, "--train-iters", "4", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
     A.validate(args, 2)
     assert args.vocab_size == 512  # padded to a multiple of 128 x TP, as Megatron-LM pads
     with pytest.raises(ValueError, match="--tokenizer-type and --tokenizer-model go together"):

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from tests._dist import run_ranks
-from tests.training._runs import MODEL, command, losses, make_dataset, records, train
+from tests.training._runs import MODEL, RUN, command, losses, make_dataset, records, train
 
 ITERS = 10
 pytestmark = pytest.mark.dist
@@ -139,8 +139,10 @@ def _method_args(method: str, tp: int = 1, *extra: str) -> Any:
     from megatron_scale.training import arguments as A
 
     # --data-path is not read: these helpers only build models
-    return A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
+    args = A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
                          "--tensor-model-parallel-size", str(tp), *extra])
+    A.apply_defaults(args)
+    return args
 
 
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
@@ -241,7 +243,26 @@ def test_each_method_trains_what_its_formula_counts() -> None:
 @pytest.fixture(scope="module")
 def pro_run(work: dict) -> dict[int, float]:
     return losses(train(1, work["root"] / "pro.jsonl", "--method", "llama-pro", "--llama-pro-blocks", "2",
-                        "--train-iters", str(ITERS), *_cont(work), "--save", str(work["root"] / "pro")))
+                        "--train-iters", str(ITERS), *_cont(work), "--save", str(work["root"] / "pro"),
+                        "--eval-data-path", f"en={work['en']}", f"ko={work['ko']}", "--eval-interval", str(ITERS),
+                        "--eval-iters", "2"))
+
+
+def test_eval_at_start_equals_a_zero_lr_evaluation(work: dict, pro_run: dict) -> None:
+    """With --eval-interval a run evaluates before its first step: the LLaMA-Pro run's iteration-0
+    record (its expanded model is the base function) equals one step of the base at LR 0 (the
+    workaround the recipe used before), and its last evaluation moved away from it."""
+    evals = records(work["root"] / "pro.jsonl", "eval/ko")
+    assert [r["iteration"] for r in evals] == [0, ITERS]
+    lr0 = work["root"] / "lr0.jsonl"
+    train(1, lr0, "--method", "full", *_cont(work), "--train-iters", "1", "--lr", "0", "--lr-warmup-iters", "0",
+          "--eval-data-path", f"en={work['en']}", f"ko={work['ko']}", "--eval-interval", "1", "--eval-iters", "2",
+          "--no-eval-at-start")
+    for name in ("en", "ko"):
+        start, = [r for r in records(work["root"] / "pro.jsonl", f"eval/{name}") if r["iteration"] == 0]
+        ref, = records(lr0, f"eval/{name}")
+        assert ref["iteration"] == 1 and start["lm_loss"] == pytest.approx(ref["lm_loss"], abs=1e-6), (name, start, ref)
+    assert evals[-1]["lm_loss"] < evals[0]["lm_loss"]
 
 
 def test_llama_pro_continues_from_the_base(work: dict, tp1_cont: dict, pro_run: dict) -> None:
@@ -433,24 +454,37 @@ def test_trained_runs_export_to_hugging_face(work: dict, preserve_run: dict, lor
 
 
 def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
-    """--load records model arguments: a flag describing another function is refused by name
-    (before any model is built); the matching flags give the record the run saves."""
+    """--load records model arguments: they fill the flags left out, a flag describing another
+    function is refused by name (before any model is built), and a resumed run's LR schedule
+    cannot change (megatron-core's scheduler would only assert)."""
     from megatron_scale.training import arguments as A
     from megatron_scale.training.model_args import recorded_model_args, run_model_args
+    from megatron_scale.training.preflight import FlagError, check_args
 
     rec = recorded_model_args(work["base_ckpt"])
     assert rec is not None and rec["num_layers"] == 4 and rec["hidden_size"] == 64
-    where = f"--load {work['base_ckpt']}"
 
-    def record(*extra: str, method: str = "scale-preserve") -> dict:
-        args = A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method, *extra])
-        return run_model_args(args, rec, where, resuming=False)
+    def checked(*extra: str, method: str = "scale-preserve", load: str = work["base_ckpt"]) -> Any:
+        args = A.parse_args([*RUN, "--train-iters", "10", "--data-path", work["en"], "--method", method,
+                             "--load", load, *extra])
+        check_args(args, 1)
+        return args
 
-    assert record() == rec
-    assert record("--llama-pro-blocks", "2", method="llama-pro")["num_layers"] == 6
+    args = checked()
+    assert run_model_args(args, rec, "--load", resuming=False) == rec
+    assert run_model_args(checked("--llama-pro-blocks", "2", method="llama-pro"), rec, "--load", False)["num_layers"] == 6
     for flags, named in ((("--rotary-base", "500000"), "--rotary-base"), (("--use-rope-scaling",), "--use-rope-scaling"),
                          (("--norm-epsilon", "1e-6"), "--norm-epsilon"), (("--num-query-groups", "4"), "--num-query-groups"),
                          (("--untie-embeddings-and-output-weights",), "--untie-embeddings-and-output-weights")):
-        with pytest.raises(ValueError) as e:
-            record(*flags)
-        assert str(e.value).startswith(where) and named in str(e.value), str(e.value)
+        with pytest.raises(FlagError) as e:
+            checked(*flags)
+        assert str(e.value).startswith(f"--load {work['base_ckpt']}") and named in str(e.value), str(e.value)
+    # resuming the base run (its --save directory): same schedule passes, another is refused by name
+    run_dir = str(work["root"] / "base")
+    checked("--lr-warmup-iters", "2", method="full", load=run_dir)
+    for flags, named in ((("--lr", "1e-3"), "--lr"), (("--train-iters", "20"), "--train-iters"),
+                         (("--lr-warmup-iters", "3"), "--lr-warmup-iters"), (("--global-batch-size", "16"), "--global-batch-size"),
+                         (("--method", "scale-preserve"), "--method scale-preserve cannot resume it")):
+        extra = flags[2:] if flags[0] == "--method" else flags
+        with pytest.raises(FlagError, match=named):
+            checked(*extra, method=flags[1] if flags[0] == "--method" else "full", load=run_dir)

@@ -14,13 +14,22 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
     scale_tied_output    the preservation head W_out is the input embedding E
 
 Only torch and transformers are imported: this file is copied into the exported folder.
+
+config.json says model_type "llama" so that `AutoTokenizer.from_pretrained(folder)`, which
+reads the model's config first, finds a config class without running this file (an unknown
+model_type there makes transformers ask whether to run the folder's code). A SCALE folder must
+not load as a plain LlamaForCausalLM, though (it would ignore the expansion and compute another
+function), so config.json's hidden_act is GUARD: transformers' Llama fails on it naming
+trust_remote_code, and this class reads it as the SiLU it is.
 """
 
 from transformers import LlamaConfig
 
+GUARD = "silu (a SCALE model: load it with trust_remote_code=True)"
+
 
 class ScaleLlamaConfig(LlamaConfig):
-    model_type = "scale_llama"
+    model_type = "llama"
 
     def __init__(
         self,
@@ -45,4 +54,11 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_output_head = scale_output_head
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied
+        if kwargs.get("hidden_act") == GUARD:
+            kwargs["hidden_act"] = "silu"
         super().__init__(**kwargs)
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out["hidden_act"] = GUARD  # saved again, the folder stays guarded
+        return out
