@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ROUTER_STATISTICS, ScaleConfig
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -32,7 +32,11 @@ def add_scale_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--scale-adapt-layers", type=int_list, default=None, help="0-based, e.g. '8 9 10'")
     g.add_argument("--scale-adapt-modules", type=lambda s: tuple(s.replace(",", " ").split()), default=("qkv", "proj"))
     g.add_argument("--scale-route-adapt", action="store_true")
-    g.add_argument("--scale-router-tau", type=float, default=0.5)
+    g.add_argument("--scale-router-tau", type=float, default=None,
+                   help="route: the router's default tau, recorded in checkpoints (default: the loaded SCALE "
+                   "checkpoint's, else 0.5); evaluation takes an override (--route-tau)")
+    g.add_argument("--scale-router-statistic", choices=ROUTER_STATISTICS, default=None,
+                   help="route: the router's default statistic (default: the loaded SCALE checkpoint's, else cosine)")
     g.add_argument("--scale-seed", type=int, default=1234)
 
 
@@ -43,7 +47,8 @@ def scale_config_from_args(args: argparse.Namespace, variant: str) -> ScaleConfi
         ffn_up=args.scale_ffn_up, variant=variant, init=args.scale_init,  # type: ignore[arg-type]
         init_std=args.scale_init_std, adapt_layers=args.scale_adapt_layers,
         adapt_modules=args.scale_adapt_modules, route_adapt=args.scale_route_adapt,
-        router_tau=args.scale_router_tau, seed=args.scale_seed,
+        router_tau=0.5 if args.scale_router_tau is None else args.scale_router_tau,
+        router_statistic=args.scale_router_statistic or "cosine", seed=args.scale_seed,
     )
 
 

@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron_scale.config import ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
 from megatron_scale.bio.report import table, write_all
 
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
+    p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
+                   help="scale-route: the statistic it routes with (every statistic is analysed either way)")
     return p
 
 
