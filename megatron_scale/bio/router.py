@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from megatron_scale.model.router_stats import STATISTICS
-from megatron_scale.route_eval.calibrate import calibrate
-from megatron_scale.route_eval.curves import default_grid, head_metric, roc, sweep
+from megatron_scale.route_eval import analysis
 
 GOAL_TASK0, GOAL_TASK1 = 0.90, 0.50
 KEEP_OLD, MIN_NEW_ADAPT = 0.95, 0.50
@@ -37,23 +36,13 @@ def best_point(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def analyse(final_records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     sets = {name: _tensors(final_records[name]) for name in ("task0", "task1")}
-    out: dict[str, Any] = {"heads": {name: {"z_p": head_metric(r, "p", "accuracy"), "z_a": head_metric(r, "a", "accuracy")}
-                                     for name, r in sets.items()}, "statistics": {}}
-    for stat in STATISTICS:
-        key = f"stat/{stat}"
-        if key not in sets["task0"]:
-            continue
-        old, new = sets["task0"][key], sets["task1"][key]
-        points = sweep(sets, stat, default_grid([old, new]), "accuracy")
-        curve = roc(old, new)
-        cal = calibrate(old, new, stat, KEEP_OLD, MIN_NEW_ADAPT)
-        at_cal = sweep(sets, stat, [cal.tau], "accuracy")[0]
-        best = best_point(points)
-        out["statistics"][stat] = {
-            "points": points, "auc": curve["auc"], "roc": {"fpr": curve["fpr"], "tpr": curve["tpr"]},
-            "best": best, "goal_met": best["task0"] >= GOAL_TASK0 and best["task1"] >= GOAL_TASK1,
-            "calibration": {**cal.record(), "task0": at_cal["task0"], "task1": at_cal["task1"]},
-        }
+    stats = [s for s in STATISTICS if f"stat/{s}" in sets["task0"]]
+    out = analysis.analyse(("task0", sets["task0"]), ("task1", sets["task1"]), stats, "accuracy",
+                           keep_old=KEEP_OLD, min_new_adapt=MIN_NEW_ADAPT)
+    for entry in out["statistics"].values():
+        best = best_point(entry["points"])
+        entry["best"] = best
+        entry["goal_met"] = best["task0"] >= GOAL_TASK0 and best["task1"] >= GOAL_TASK1
     return out
 
 

@@ -35,7 +35,7 @@ class Calibration:
         return asdict(self)
 
 
-def _share(flag: str, value: float | None) -> None:
+def check_share(flag: str, value: float | None) -> None:
     if value is not None and not (isinstance(value, int | float) and 0.0 < value <= 1.0):
         raise CalibrationError(f"{flag}: must be a share in (0, 1], got {value!r}")
 
@@ -44,8 +44,8 @@ def calibrate(old: torch.Tensor, new: torch.Tensor, statistic: str, keep_old: fl
               min_new_adapt: float | None = None) -> Calibration:
     """The largest tau keeping >= keep_old of `old` on z_p; `reachable` tells whether it also
     sends >= min_new_adapt of `new` to z_a (always True without that target)."""
-    _share("--keep-old", keep_old)
-    _share("--min-new-adapt", min_new_adapt)
+    check_share("--keep-old", keep_old)
+    check_share("--min-new-adapt", min_new_adapt)
     if old.numel() == 0 or new.numel() == 0:
         raise CalibrationError("calibration needs tokens in both the old-domain and the new-domain set")
     o = old.float().flatten().sort().values
