@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from megatron_scale.config import ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
-from megatron_scale.bio.report import table, write_all
+from megatron_scale.bio.report import router_table, table, write_all
 
 PRESETS = {
     # Measured on 2 CPU cores: see docs/biography.md.
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     results["command"] = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
     paths = write_all(results, ns.out)
     print(table(results))
-    print(f"wrote {paths['json']}, {paths['table']}, {paths['plot']} in {time.monotonic() - start:.0f}s")
+    print(router_table(results))
+    print(f"wrote {', '.join(paths.values())} in {time.monotonic() - start:.0f}s")
     return 0
 
 

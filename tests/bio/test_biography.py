@@ -173,4 +173,6 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     table = (out / "table.md").read_text()
     assert table.count("\n| full |") == 1 and "| scale-route |" in table and table in done.stdout
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "router_scale-route.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| max-prob |" in table and "| cosine |" in table
     assert "--methods full scale-route" in results["command"]
