@@ -4,7 +4,10 @@ A checkpoint saved at one TP/PP layout loads at another. Beside the tensors it r
 checkpoint's common state:
     scale.frozen_digest   digest of the frozen tensors (model/digest.py), verified at every load
     scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
-                          of another geometry stops with a message naming the first differing field
+                          of another geometry stops with a message naming the first differing field.
+                          It also records the router's default (router_tau, router_statistic), which
+                          is not geometry: a model with other router settings loads it (checkpoints
+                          written before router_statistic existed lack it: cosine)
     scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
                           or the presence of adapters, differ from the model's
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
@@ -28,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from megatron_scale import _mcore as mc
+from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
 
 
@@ -157,6 +161,8 @@ def load_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
         kind = {True: "a plain GPT model", False: "a SCALE model"}
         raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
     for field, value in (mine or {}).items():
+        if field in ROUTER_SETTINGS:  # recorded as the checkpoint's default, not geometry
+            continue
         if theirs.get(field) != value:  # type: ignore[union-attr]
             raise CheckpointError(
                 f"{directory}: SCALE geometry differs at '{field}': checkpoint "

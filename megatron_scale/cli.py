@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ROUTER_STATISTICS, ScaleConfig
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -36,7 +36,11 @@ def add_scale_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--scale-adapt-modules", type=lambda s: tuple(s.replace(",", " ").split()), default=None,
                    help="default 'qkv proj'")
     g.add_argument("--scale-route-adapt", action="store_true", default=None)
-    g.add_argument("--scale-router-tau", type=float, default=None, help="default 0.5")
+    g.add_argument("--scale-router-tau", type=float, default=None,
+                   help="route: the router's default tau, recorded in checkpoints (default: the loaded SCALE "
+                   "checkpoint's, else 0.5); evaluation takes an override (--route-tau)")
+    g.add_argument("--scale-router-statistic", choices=ROUTER_STATISTICS, default=None,
+                   help="route: the router's default statistic (default: the loaded SCALE checkpoint's, else cosine)")
     g.add_argument("--scale-seed", type=int, default=None, help="default 1234")
 
 
@@ -45,7 +49,8 @@ SCALE_FLAGS = {
     "hidden_up": "scale_hidden_up", "heads_up": "scale_heads_up", "groups_up": "scale_groups_up",
     "ffn_up": "scale_ffn_up", "init": "scale_init", "init_std": "scale_init_std",
     "adapt_layers": "scale_adapt_layers", "adapt_modules": "scale_adapt_modules",
-    "route_adapt": "scale_route_adapt", "router_tau": "scale_router_tau", "seed": "scale_seed",
+    "route_adapt": "scale_route_adapt", "router_tau": "scale_router_tau",
+    "router_statistic": "scale_router_statistic", "seed": "scale_seed",
 }
 
 

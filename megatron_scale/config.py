@@ -12,12 +12,17 @@ f (+f'), head size k (never changes), L layers.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 VARIANTS = ("preserve", "adapt", "route")
 INITS = ("svd", "normal", "zero")
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
+ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
+# Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
+# a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
+ROUTER_SETTINGS = ("router_tau", "router_statistic")
 
 Variant = Literal["preserve", "adapt", "route"]
 Init = Literal["svd", "normal", "zero"]
@@ -52,7 +57,11 @@ class ScaleConfig:
     route_adapt: bool = False
     """route only: build the routed model on Adapt (W12 where the adapt settings say)."""
     router_tau: float = 0.5
-    """route: emit the preservation head where cos(z_p, z_a) >= tau."""
+    """route: emit the preservation head where the router statistic >= tau (a default: evaluation
+    and export take an override)."""
+    router_statistic: str = "cosine"
+    """route: the per-token statistic the router compares with tau (model/router_stats.py):
+    cosine (the paper's, cos(z_p, z_a)) | centered-cosine | max-prob | certainty."""
     seed: int = 1234
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -81,6 +90,7 @@ class ScaleDims:
     adapt_layers: frozenset[int] = field(default_factory=frozenset)
     adapt_modules: frozenset[str] = field(default_factory=frozenset)
     router_tau: float = 0.5
+    router_statistic: str = "cosine"
     seed: int = 1234
 
     @property
@@ -120,6 +130,16 @@ def _fail(setting: str, msg: str) -> ScaleConfigError:
     return ScaleConfigError(f"ScaleConfig.{setting} ({flag}): {msg}")
 
 
+def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str) -> None:
+    """A router setting (tau, statistic) is usable, or one error naming the flag that is not."""
+    if isinstance(tau, bool) or not isinstance(tau, int | float) or not math.isfinite(tau):
+        raise ScaleConfigError(f"{tau_flag}: tau must be a finite number, got {tau!r}")
+    if statistic not in ROUTER_STATISTICS:
+        raise ScaleConfigError(
+            f"{statistic_flag}: unknown router statistic {statistic!r}; choose one of {', '.join(ROUTER_STATISTICS)}"
+        )
+
+
 def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     d = int(getattr(base, "hidden_size"))
     h = int(getattr(base, "num_attention_heads"))
@@ -129,6 +149,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     layers = int(getattr(base, "num_layers"))
     if cfg.variant not in VARIANTS:
         raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
+    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic")
     if cfg.init not in INITS:
         raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     if not getattr(base, "gated_linear_unit", True):
@@ -195,6 +216,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         init_std=cfg.init_std,
         adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
-        router_tau=cfg.router_tau,
+        router_tau=float(cfg.router_tau),
+        router_statistic=cfg.router_statistic,
         seed=cfg.seed,
     )

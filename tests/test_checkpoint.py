@@ -5,7 +5,8 @@ with trained-looking expansion weights is saved at TP=2, loaded at TP=1 (logits 
 rounding of the different all-reduce order, every global tensor bitwise equal), saved at TP=1 and
 loaded back at TP=2 (logits and tensors bitwise equal to the original). Then the refusals:
 a frozen tensor's bytes flipped on disk (digest mismatch), a model of another geometry, an
-existing target directory, a legacy pickled common.pt.
+existing target directory, a legacy pickled common.pt. A model differing only in its router's
+tau and statistic (evaluation settings) loads, as does a record written before router_statistic.
 """
 
 from __future__ import annotations
@@ -107,6 +108,22 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
             return str(e)
         return ""
 
+    # the router's settings are not geometry: a model with another tau/statistic loads, keeps its
+    # own settings, and the record still holds the checkpoint's default
+    other = _build(2, router_tau=0.9, router_statistic="max-prob")
+    rec = load_checkpoint(other, root / "tp1")["scale"]["dims"]
+    res["other_router_loads"] = torch.equal(_logits(other.train()), _logits(back.train()))
+    res["router_record"] = (rec["router_tau"], rec["router_statistic"], other.output_layer.tau)
+    # a checkpoint written before router_statistic existed (its record lacks it) loads
+    import megatron_scale.checkpoint as ckpt_mod
+
+    recorder = ckpt_mod._dims_record
+    ckpt_mod._dims_record = lambda m: {k: v for k, v in (recorder(m) or {}).items() if k != "router_statistic"}
+    try:
+        save_checkpoint(back, root / "old_record")
+    finally:
+        ckpt_mod._dims_record = recorder
+    res["old_record_loads"] = "router_statistic" not in load_checkpoint(_build(2), root / "old_record")["scale"]["dims"]
     res["existing_target"] = refused(lambda: save_checkpoint(back, root / "tp1"))
     res["other_geometry"] = refused(lambda: load_checkpoint(_build(2, hidden_up=32), root / "tp1"))
     dist.barrier()  # every rank has finished reading tp1 before rank 0 tampers with its files
@@ -138,6 +155,9 @@ def test_reshard_tp2_to_tp1_and_back(results: list) -> None:
 def test_refusals_name_the_problem(results: list) -> None:
     for r in results:
         assert "exists" in r["existing_target"]
+        assert r["other_router_loads"]
+        assert r["router_record"] == (0.5, "cosine", 0.9)
+        assert r["old_record_loads"]
         assert "hidden_up" in r["other_geometry"]
         assert "common.pt" in r["legacy"]
         assert "digest" in r["tampered"]

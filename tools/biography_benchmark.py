@@ -20,8 +20,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron_scale.config import ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
-from megatron_scale.bio.report import table, write_all
+from megatron_scale.bio.report import router_table, table, write_all
 
 PRESETS = {
     # Measured on 2 CPU cores: see docs/biography.md.
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
+    p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
+                   help="scale-route: the statistic it routes with (every statistic is analysed either way)")
     return p
 
 
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     results["command"] = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
     paths = write_all(results, ns.out)
     print(table(results))
-    print(f"wrote {paths['json']}, {paths['table']}, {paths['plot']} in {time.monotonic() - start:.0f}s")
+    print(router_table(results))
+    print(f"wrote {', '.join(paths.values())} in {time.monotonic() - start:.0f}s")
     return 0
 
 

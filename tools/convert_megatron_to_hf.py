@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
                    help="JSON file of model arguments, for checkpoints that do not record them")
     p.add_argument("--preserve-head-only", action="store_true",
                    help="SCALE checkpoint: export the preservation head alone as a plain LlamaForCausalLM")
+    p.add_argument("--route-tau", type=float, default=None,
+                   help="SCALE-Route: config.json's scale_router_tau (default: the checkpoint's); --verify uses it")
+    p.add_argument("--route-statistic", choices=("cosine", "centered-cosine", "max-prob", "certainty"), default=None,
+                   help="SCALE-Route: config.json's scale_router_statistic (default: the checkpoint's)")
     p.add_argument("--max-shard-size-gb", type=float, default=5.0)
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         lambda: convert_megatron_to_hf(
             args.load, args.save, force=args.force, tokenizer=args.tokenizer, verify=args.verify,
             tolerance=args.verify_tolerance, dtype=args.dtype, model_args=args.model_args,
-            preserve_head_only=args.preserve_head_only,
+            preserve_head_only=args.preserve_head_only, route_tau=args.route_tau,
+            route_statistic=args.route_statistic,
             max_shard_bytes=int(args.max_shard_size_gb * 2**30), progress=not args.no_progress,
         ),
         ConversionError,

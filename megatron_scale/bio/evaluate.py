@@ -15,8 +15,12 @@ import torch
 
 from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer
-from megatron_scale.model.builder import output_head, output_layers
+from megatron_scale.model.builder import output_layers
 from megatron_scale.model.inputs import causal_mask, position_ids
+from megatron_scale.model.route_record import token_records
+from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_eval.collect import capturing
+from megatron_scale.route_eval.curves import metric_at
 
 
 @dataclass(frozen=True)
@@ -89,30 +93,51 @@ def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 6
     }
     if heads:
         result["preserve_fraction"] = heads[0].preserve_fraction
-        result.update(route_diagnostics(model, items, heads[0].tau, batch_size))
+        result.update(route_diagnostics(model, items, heads[0].tau, heads[0].statistic, batch_size))
     return result
 
 
-def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, batch_size: int = 64) -> dict[str, Any]:
+def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Per-token records (model/route_record.py) at each prompt's last position, from one pass:
+    every router statistic, and whether z_p / z_a put the answer's first token on top."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    parts: list[dict[str, torch.Tensor]] = []
+    try:
+        with torch.no_grad(), capturing(model) as layer:
+            for start in range(0, len(items), batch_size):
+                chunk = items[start : start + batch_size]
+                width = max(len(p.prompt) for p in chunk)
+                tokens = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+                for i, p in enumerate(chunk):
+                    tokens[i, : len(p.prompt)] = torch.tensor(p.prompt, device=device)
+                model(tokens, position_ids(len(chunk), width, device), causal_mask(width, device))
+                z_p, z_a = layer.captured  # [s, b, V]
+                last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
+                rows = torch.arange(len(chunk), device=device)
+                target = torch.tensor([p.target for p in chunk], device=device)
+                rec = token_records(z_p[last, rows], z_a[last, rows], target, None, STATISTICS)
+                parts.append({k: v.cpu() for k, v in rec.items()})
+    finally:
+        model.train(was_training)
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, statistic: str = "cosine",
+                      batch_size: int = 64) -> dict[str, Any]:
     """For a Route model, at the answer position: the accuracy of z_p alone and of z_a alone,
-    the share of prompts whose answer token the router sends to z_p at the model's tau, and the
-    routed accuracy at other thresholds (the router has no parameters and training uses z_a's
-    loss only, so one trained model gives every tau's accuracy)."""
-    with output_head(model, "preserve"):
-        z_p = last_logits(model, items, batch_size)
-    with output_head(model, "adapt"):
-        z_a = last_logits(model, items, batch_size)
-    target = torch.tensor([it.target for it in items])
-    cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
-
-    def routed_acc(t: float) -> float:
-        pick = torch.where((cos >= t).unsqueeze(-1), z_p, z_a).argmax(-1)
-        return float((pick == target).double().mean()) if len(items) else float("nan")
-
+    the share of prompts whose answer token the router sends to z_p at the model's tau and
+    statistic, the routed accuracy at other cosine thresholds, and the per-probe records of every
+    statistic (the router has no parameters and training uses z_a's loss only, so one trained
+    model gives every tau's accuracy)."""
+    rec = answer_records(model, items, batch_size)
+    cos = rec["stat/cosine"].double()
     return {
-        "preserve_head_accuracy": float((z_p.argmax(-1) == target).double().mean()),
-        "adapt_head_accuracy": float((z_a.argmax(-1) == target).double().mean()),
-        "answer_preserve_fraction": float((cos >= tau).double().mean()),
+        "preserve_head_accuracy": float(rec["correct_p"].double().mean()),
+        "adapt_head_accuracy": float(rec["correct_a"].double().mean()),
+        "answer_preserve_fraction": float((rec[f"stat/{statistic}"] >= tau).double().mean()),
         "answer_cos_quantiles": [float(q) for q in torch.quantile(cos, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=cos.dtype))],
-        "tau_sweep": {str(t): routed_acc(t) for t in TAUS},
+        "tau_sweep": {str(t): metric_at(rec, "cosine", t, "accuracy") for t in TAUS},
+        "records": {k: [round(float(v), 6) for v in t.tolist()] for k, t in rec.items()},
     }

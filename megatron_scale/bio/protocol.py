@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from megatron_scale.bio import corpus, evaluate
+from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale.distributed import destroy_distributed
@@ -63,6 +63,7 @@ class Settings:
     freeze_layers: int | None = None  # default: the bottom 3/4 of the layers
     lora_rank: int = 8
     router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
+    router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
 
     def check(self) -> None:
@@ -106,6 +107,8 @@ def method_flags(s: Settings, method: str) -> list[str]:
         flags += ["--freeze-layers", str(layers)]
     if method.startswith("scale-") and s.router_tau is not None:
         flags += ["--scale-router-tau", str(s.router_tau)]
+    if method.startswith("scale-") and s.router_statistic is not None:
+        flags += ["--scale-router-statistic", s.router_statistic]
     if method == "lora":
         flags += ["--lora-rank", str(s.lora_rank), "--lora-alpha", str(2.0 * s.lora_rank)]
     return flags
@@ -162,6 +165,8 @@ def run_stage(
         "preserve_fraction": {n: [c.get("preserve_fraction") for c in v] for n, v in curves.items()},
         "route": {n: [{k: c[k] for k in ROUTE_KEYS if k in c} for c in v] for n, v in curves.items()
                   if any("tau_sweep" in c for c in v)},
+        # per-probe router records of the last evaluation only (every statistic; bio/router.py)
+        "final_records": {n: v[-1]["records"] for n, v in curves.items() if v and "records" in v[-1]},
         "loss": losses, "seconds": time.monotonic() - start, "eval_seconds": eval_seconds,
     }
 
@@ -218,6 +223,10 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
             iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
             save=None, progress=progress)
         progress(f"  {methods[method]['seconds']:.1f}s")
+        if methods[method]["final_records"]:
+            methods[method]["router"] = router.analyse(methods[method]["final_records"])
+            for line in router.summary_lines(methods[method]["router"]):
+                progress("  " + line)
     return {
         "settings": asdict(s),
         "data": {"people": len(people), "biographies": len(bios), "task0_qa": len(qa0), "task1_qa": len(qa1),

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from megatron_scale.data.files import atomic_write
+from megatron_scale.route_eval.report import plot as route_plot
 
 
 def write_json(path: str, results: dict[str, Any]) -> None:
@@ -54,6 +55,30 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def router_table(results: dict[str, Any]) -> str:
+    """For each Route method: per router statistic, the AUC of task 0 vs task 1 at the answer
+    position, the best tau (bio/router.py's rule) and the calibrated one, with both accuracies."""
+    lines = []
+    for method, r in results["methods"].items():
+        a = r.get("router")
+        if not a:
+            continue
+        h0, h1 = a["heads"]["task0"], a["heads"]["task1"]
+        lines += [
+            f"{method} at step {r['steps'][-1]}: z_p alone {h0['z_p']:.3f} / {h1['z_p']:.3f}, "
+            f"z_a alone {h0['z_a']:.3f} / {h1['z_a']:.3f} (task 0 / task 1)\n",
+            "| statistic | AUC | best tau | task 0 | task 1 | goal met | calibrated tau | task 0 | task 1 | task-0 kept on z_p |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for stat, e in a["statistics"].items():
+            b, c = e["best"], e["calibration"]
+            lines.append(f"| {stat} | {e['auc']:.3f} | {b['tau']:.4g} | {b['task0']:.3f} | {b['task1']:.3f} | "
+                         f"{'yes' if e['goal_met'] else 'no'} | {c['tau']:.4g} | {c['task0']:.3f} | {c['task1']:.3f} | "
+                         f"{c['old_kept']:.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def plot(results: dict[str, Any], path: str) -> None:
     """Two panels over task-1 steps: task-0 retention and task-1 learning, one line per method."""
     try:
@@ -91,6 +116,10 @@ def write_all(results: dict[str, Any], out_dir: str) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, n) for k, n in (("json", "results.json"), ("table", "table.md"), ("plot", "plot.png"))}
     write_json(paths["json"], results)
-    atomic_write(paths["table"], table(results).encode("utf-8"))
+    atomic_write(paths["table"], (table(results) + "\n" + router_table(results)).encode("utf-8"))
     plot(results, paths["plot"])
+    for method, r in results["methods"].items():
+        if r.get("router"):
+            paths[f"router {method}"] = os.path.join(out_dir, f"router_{method}.png")
+            route_plot(r["router"], paths[f"router {method}"])
     return paths

@@ -36,7 +36,7 @@ def scale_config_from_record(dims: dict[str, Any]) -> ScaleConfig:
         ffn_up=dims["ffn_up"], variant=dims["variant"], init=dims["init"], init_std=dims["init_std"],
         adapt_layers=adapt_layers, adapt_modules=tuple(sorted(dims.get("adapt_modules") or ("qkv", "proj"))),
         route_adapt=dims["variant"] == "route" and bool(adapt_layers),
-        router_tau=dims["router_tau"], seed=dims["seed"],
+        router_tau=dims["router_tau"], router_statistic=dims.get("router_statistic", "cosine"), seed=dims["seed"],
     )
 
 

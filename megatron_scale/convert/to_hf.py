@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from megatron_scale.config import ScaleConfigError, check_router
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
 from megatron_scale.convert.hf_io import (
@@ -76,17 +77,43 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
     return summary
 
 
+def router_override(dims: dict[str, Any] | None, tau: float | None, statistic: str | None,
+                    preserve_head_only: bool, where: Any) -> dict[str, Any] | None:
+    """The recorded geometry with the router settings replaced where given (only a Route model
+    exported with both heads routes)."""
+    if tau is None and statistic is None:
+        return dims
+    flag = "--route-tau" if tau is not None else "--route-statistic"
+    if dims is None or dims["variant"] != "route" or preserve_head_only:
+        raise ConversionError(f"{flag}: only a SCALE-Route checkpoint exported with both heads routes; {where} "
+                              f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + ('its preservation head' if preserve_head_only else 'scale-' + dims['variant'])}")
+    try:
+        check_router(dims["router_tau"] if tau is None else tau,
+                     dims.get("router_statistic", "cosine") if statistic is None else statistic,
+                     "--route-tau", "--route-statistic")
+    except ScaleConfigError as e:
+        raise ConversionError(str(e)) from e
+    out = dict(dims)
+    if tau is not None:
+        out["router_tau"] = float(tau)
+    if statistic is not None:
+        out["router_statistic"] = statistic
+    return out
+
+
 def convert_megatron_to_hf(
     ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
     tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
+    route_tau: float | None = None, route_statistic: str | None = None,
 ) -> dict[str, Any]:
     """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
-    `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound."""
+    `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound. A
+    Route checkpoint's router default (tau, statistic) goes into config.json unless overridden."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
-    dims = reader.scale_dims
+    dims = router_override(reader.scale_dims, route_tau, route_statistic, preserve_head_only, reader.dir)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
     out_dtype = _out_dtype(reader, dtype)

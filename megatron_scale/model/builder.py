@@ -11,6 +11,7 @@ values and every block that touches the base path is zero; `upscale.load_upscale
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.config import ScaleConfig, ScaleDims, check_router
 from megatron_scale.model.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
 from megatron_scale.model.spec import LOCAL, ScaleBackend, get_scale_block_spec
 
@@ -62,7 +63,7 @@ class ScaleGPTModel(mc.GPTModel):
                 # as it has no gradient.
                 tied=tied_embeddings and self.pre_process,
                 gather_output=not self.parallel_output, tau=dims.router_tau,
-                routed=dims.routed,
+                routed=dims.routed, statistic=dims.router_statistic,
             )
 
 
@@ -106,6 +107,33 @@ def output_head(model: nn.Module, head: str) -> Iterator[None]:
     finally:
         for layer, h in zip(layers, before, strict=True):
             layer.set_head(h)
+
+
+@contextmanager
+def router_settings(model: nn.Module, tau: float | None = None, statistic: str | None = None) -> Iterator[None]:
+    """Temporarily route with another tau and/or statistic (None: keep the model's). The router
+    has no parameters, so this is all an evaluation-time override needs."""
+    if statistic is not None:
+        check_router(0.0, statistic, "tau", "router statistic")
+    layers = output_layers(model)
+    before = [(layer.tau, layer.statistic) for layer in layers]
+    for layer in layers:
+        layer.tau = layer.tau if tau is None else float(tau)
+        layer.statistic = layer.statistic if statistic is None else statistic
+    try:
+        yield
+    finally:
+        for layer, (t, s) in zip(layers, before, strict=True):
+            layer.tau, layer.statistic = t, s
+
+
+def set_router_default(model: nn.Module, tau: float, statistic: str) -> None:
+    """Make (tau, statistic) the model's router default: what it routes with and what the
+    checkpoints it saves record (scale.dims)."""
+    check_router(tau, statistic, "tau", "router statistic")
+    model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic)
+    for layer in output_layers(model):
+        layer.tau, layer.statistic = float(tau), statistic
 
 
 def frozen_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:

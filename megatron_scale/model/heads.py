@@ -5,7 +5,8 @@
                 z_a = z_p + W_out_up h_up   W_out_up [V, d'] trainable, zero at init
 
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
-output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`.
+output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
+router's tau and statistic are plain attributes (evaluation settings, builder.router_settings).
 Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
 """
 
@@ -95,15 +96,19 @@ class ScaleOutputLayer(_VocabParallel):
 
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
-        tied: bool, gather_output: bool, tau: float, routed: bool = False,
+        tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
         self.gather_output = gather_output
         self.sequence_parallel = config.sequence_parallel
         self.tau = tau
+        self.statistic = statistic
         self.routed = routed
         self.head = "auto"
+        # capture (route sweeps): keep this forward's (z_p, z_a) vocab-parallel slices, detached
+        self.capture = False
+        self.captured: tuple[torch.Tensor, torch.Tensor] | None = None
         self.weight = None if tied else _table(self.vocab_local, base_dim, config, trainable=False)
         if self.weight is not None:
             self.weight.scale_frozen = True  # type: ignore[attr-defined]
@@ -145,8 +150,10 @@ class ScaleOutputLayer(_VocabParallel):
         else:
             z_a = z_p + torch.matmul(h[..., d:], self.weight_up.t())
             logits = z_a
+            if self.capture:
+                self.captured = (z_p.detach(), z_a.detach())
             if head == "route":
-                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None)
+                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None, self.statistic)
                 self.route_counts[0] += keep.sum()  # on the device: no host sync per forward
                 self.route_counts[1] += keep.numel()
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output

@@ -3,6 +3,7 @@
     z_p = W_out h                  preservation head (original dims only)
     z_a = z_p + W_out_up h_up      adaptation head
     per token: emit z_p if cos(z_p, z_a) >= tau, else z_a
+    (or another parameter-free statistic of the two heads >= tau: router_stats.py)
 
 Under vocab parallelism each rank holds a vocab slice of both heads, so the three dot products
 z_p.z_a, z_p.z_p, z_a.z_a are partial sums, all-reduced over the TP group: [3, tokens] floats
@@ -93,16 +94,14 @@ def route(
     z_a: torch.Tensor,
     tau: float,
     group: dist.ProcessGroup | None = None,
+    statistic: str = "cosine",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Routed logits and the boolean per-token mask of tokens sent to the preservation head.
+    """Routed logits and the boolean per-token mask of tokens sent to the preservation head
+    (where the router statistic, router_stats.py, is >= tau; the paper's is the cosine).
 
     z_p, z_a: [..., V_local] vocab-parallel slices of the two heads on this rank."""
+    from megatron_scale.model.router_stats import router_statistic
+
     with torch.no_grad():
-        stats = route_statistics(z_p, z_a)
-        if group is not None and dist.get_world_size(group) > 1:
-            dist.all_reduce(stats, group=group)
-        dot, pp, aa = stats
-        denom = torch.sqrt(pp * aa)
-        cos = torch.where(denom > 0, dot / denom.clamp_min(torch.finfo(denom.dtype).tiny), torch.ones_like(dot))
-        keep = cos.clamp(-1.0, 1.0) >= tau
+        keep = router_statistic(statistic, z_p, z_a, group) >= tau
     return torch.where(keep.unsqueeze(-1), z_p, z_a), keep

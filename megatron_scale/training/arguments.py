@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from megatron_scale.cli import add_scale_arguments, scale_config_from_args
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ROUTER_STATISTICS, ScaleConfig, check_router
 from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 
 # Model flags whose default applies only where --load records no value (training/inherit.py).
@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-eval-at-start", dest="eval_at_start", action="store_false",
                    help="with --eval-interval: no evaluation at iteration 0")
     g.add_argument("--eval-iters", type=int, default=2)
+    g.add_argument("--route-tau", type=float, default=None,
+                   help="scale-route: evaluate with this tau instead of the model's (checkpoints keep theirs)")
+    g.add_argument("--route-statistic", choices=ROUTER_STATISTICS, default=None,
+                   help="scale-route: evaluate with this router statistic instead of the model's")
     g.add_argument("--log-interval", type=int, default=1)
     g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
     g.add_argument("--tensorboard-dir", default=None)
@@ -305,6 +309,11 @@ def validate(args: argparse.Namespace, world_size: int) -> None:
         LoraSettings(rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout)  # raises naming the flag
         if args.sequence_parallel:
             raise ValueError("--sequence-parallel is not supported with --method lora")
+    if (args.route_tau is not None or args.route_statistic is not None) and args.method != "scale-route":
+        flag = "--route-tau" if args.route_tau is not None else "--route-statistic"
+        raise ValueError(f"{flag}: only a --method scale-route model routes; this run is --method {args.method}")
+    if args.route_tau is not None:
+        check_router(args.route_tau, "cosine", "--route-tau", "--route-statistic")
     if args.method.startswith("scale-"):
         from megatron_scale.training.model import base_transformer_config
 

@@ -24,12 +24,12 @@ import torch.distributed as dist
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.distributed import destroy_distributed, init_distributed
-from megatron_scale.model.builder import output_layers
+from megatron_scale.model.builder import output_layers, router_settings
 from megatron_scale.training import arguments as A
 from megatron_scale.training.checkpointing import load_run, optimizer_metadata, save_run
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
-from megatron_scale.training.model import build_model, load_initial_weights
+from megatron_scale.training.model import adopt_router_default, build_model, load_initial_weights
 from megatron_scale.training.model_args import recorded_model_args, run_model_args
 from megatron_scale.training.preflight import FlagError, check_args
 
@@ -112,6 +112,8 @@ def setup(args: argparse.Namespace) -> Run:
     source = resume or args.load
     model_args = run_model_args(args, recorded_model_args(source) if source else None,
                                 where=f"--load {source}", resuming=resume is not None)
+    if source:
+        adopt_router_default(args, source)
     device = init_distributed(args.tensor_model_parallel_size, args.pipeline_model_parallel_size, seed=args.seed,
                               device=args.device)
     model = build_model(args).to(device)  # a no-op where megatron-core built it there already
@@ -192,12 +194,13 @@ def train_step(run: Run) -> dict[str, Any]:
 
 
 def evaluate(run: Run) -> dict[str, dict[str, float]]:
-    """Mean loss and perplexity per named set; for Route models, the share routed to z_p."""
+    """Mean loss and perplexity per named set; for Route models, the share routed to z_p (with
+    --route-tau / --route-statistic in place of the model's router settings where given)."""
     a = run.args
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad():
+    with torch.no_grad(), router_settings(run.model, a.route_tau, a.route_statistic):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()

@@ -16,13 +16,14 @@ takes a base checkpoint (its adapters start fresh) or a LoRA one (adapters inclu
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, load_checkpoint
+from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, load_checkpoint, read_scale_record
 from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
 from megatron_scale.model.spec import llama_block_spec, llama_te_block_spec, te_backend
@@ -51,6 +52,18 @@ def base_transformer_config(args: argparse.Namespace, num_layers: int | None = N
         gradient_accumulation_fusion=args.gradient_accumulation_fusion,
         **fp8_config(args.fp8_format, args.fp8_recipe),
     )
+
+
+def adopt_router_default(args: argparse.Namespace, source: str | os.PathLike) -> None:
+    """A SCALE checkpoint's router default (tau, statistic) for the flags not given: training on
+    from a calibrated checkpoint keeps its calibration."""
+    if not args.method.startswith("scale-") or not is_scale_checkpoint(source):
+        return
+    dims = read_scale_record(source)["dims"]
+    if args.scale_router_tau is None:
+        args.scale_router_tau = float(dims.get("router_tau", 0.5))
+    if args.scale_router_statistic is None:
+        args.scale_router_statistic = dims.get("router_statistic", "cosine")
 
 
 def build_model(args: argparse.Namespace) -> Any:

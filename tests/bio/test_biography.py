@@ -158,7 +158,21 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
             assert d["tau_sweep"]["-1.0"] == d["preserve_head_accuracy"]
             assert d["tau_sweep"]["1.01"] == d["adapt_head_accuracy"]
             assert d["tau_sweep"]["0.5"] == pytest.approx(routed, abs=2 / 24)  # the model's own tau
+    # every router statistic analysed from the last evaluation's per-probe records
+    analysis = route["router"]
+    assert sorted(analysis["statistics"]) == sorted(["cosine", "centered-cosine", "max-prob", "certainty"])
+    last = {k: route["route"][k][-1] for k in ("task0", "task1")}
+    for stat, a in analysis["statistics"].items():
+        assert 0.0 <= a["auc"] <= 1.0
+        ends = a["points"][0], a["points"][-1]  # lowest tau: all on z_p; above the highest: all on z_a
+        for key in ("task0", "task1"):
+            assert ends[0][key] == pytest.approx(last[key]["preserve_head_accuracy"]), (stat, key)
+            assert ends[1][key] == pytest.approx(last[key]["adapt_head_accuracy"]), (stat, key)
+            assert ends[0][f"{key}_kept"] == 1.0 and ends[1][f"{key}_kept"] == 0.0
+        assert a["calibration"]["old_kept"] >= 0.95
     table = (out / "table.md").read_text()
     assert table.count("\n| full |") == 1 and "| scale-route |" in table and table in done.stdout
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "router_scale-route.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| max-prob |" in table and "| cosine |" in table
     assert "--methods full scale-route" in results["command"]

@@ -83,6 +83,17 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         with output_head(model, "adapt"):
             res[f"{variant}/z_a"] = megatron_logits(model, ids)
         res[f"{variant}/greedy"] = greedy(model, ids[:, :PROMPT], NEW)
+        if variant == "route":  # an evaluation-time router override: another statistic and tau
+            from megatron_scale.model.route_record import token_records
+            from megatron_scale.model.builder import router_settings
+
+            with output_head(model, "preserve"):
+                z_p = megatron_logits(model, ids)
+            stat = token_records(z_p, res["route/z_a"], ids, None, ("max-prob",))["stat/max-prob"]
+            res["override_tau"] = float(stat.median())
+            with router_settings(model, tau=res["override_tau"], statistic="max-prob"):
+                res["route/override_logits"] = megatron_logits(model, ids)
+                res["route/override_greedy"] = greedy(model, ids[:, :PROMPT], NEW)
     return res
 
 
@@ -106,6 +117,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         model = AutoModelForCausalLM.from_pretrained(root / f"hf-{variant}", trust_remote_code=True,
                                                      dtype=torch.float32).eval()
         exported[variant] = (summary, model)
+    tau = mg["override_tau"]
+    summary = convert_megatron_to_hf(root / "sc-route", root / "hf-route-override", progress=False, verify=True,
+                                     tolerance=1e-4, route_tau=tau, route_statistic="max-prob")
+    model = AutoModelForCausalLM.from_pretrained(root / "hf-route-override", trust_remote_code=True,
+                                                 dtype=torch.float32).eval()
+    exported["route-override"] = (summary, model)
     return {"root": root, "hf": hf_logits, "mg": mg, "exported": exported}
 
 
@@ -221,3 +238,30 @@ def test_tokenizer_loads_without_remote_code_and_the_model_only_with_it(results:
     assert type(model).__name__ == "ScaleLlamaForCausalLM"
     with pytest.raises(Exception, match="trust_remote_code=True"):
         AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_router_override_at_export_forward_and_generate(results: dict) -> None:
+    import json
+
+    from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+
+    mg, root, tau = results["mg"], results["root"], results["mg"]["override_tau"]
+    ref = mg["route/override_logits"]
+    assert _close(ref, mg["route/logits"]) > 1e-3  # the override routes differently from the default
+    summary, overridden = results["exported"]["route-override"]
+    cfg = json.loads((root / "hf-route-override" / "config.json").read_text())
+    assert (cfg["scale_router_tau"], cfg["scale_router_statistic"]) == (tau, "max-prob")
+    assert summary["verify_max_abs_error"] <= 1e-4  # --verify ran the megatron model at the override
+    _, default = results["exported"]["route"]
+    assert json.loads((root / "hf-route" / "config.json").read_text())["scale_router_statistic"] == "cosine"
+    ids = _hf.tokens(seq=24)
+    prompt = mg["route/override_greedy"][:, :PROMPT]
+    with torch.no_grad():
+        assert _close(overridden(ids).logits, ref) <= 1e-5
+        assert _close(default(ids, route_tau=tau, route_statistic="max-prob").logits, ref) <= 1e-5
+        out = default.generate(prompt, max_new_tokens=NEW, do_sample=False, route_tau=tau, route_statistic="max-prob")
+    assert torch.equal(out, mg["route/override_greedy"])
+    with pytest.raises(ConversionError, match="--route-tau: only a SCALE-Route"):
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-tau", route_tau=0.7)
+    with pytest.raises(ConversionError, match="--route-tau: tau must be a finite number"):
+        convert_megatron_to_hf(root / "sc-route", root / "route-nan", route_tau=float("nan"))

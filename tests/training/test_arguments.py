@@ -36,6 +36,8 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
         (("--scale-groups-up", "3"), 1, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
+        (("--route-tau", "0.7"), 1, "--route-tau: only a --method scale-route model routes"),
+        (("--method", "scale-route", "--route-tau", "nan"), 1, "--route-tau: tau must be a finite number"),
         (("--fp8-format", "hybrid"), 1, "--fp8-format needs --transformer-impl transformer_engine"),
         (("--fp8-recipe", "tensorwise"), 1, "--fp8-recipe needs --fp8-format"),
         (("--gradient-accumulation-fusion",), 1, "--gradient-accumulation-fusion needs --transformer-impl"),

@@ -9,7 +9,10 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
     scale_ffn_up         f'   extra SwiGLU units (gate and up), appended after the base units
     scale_variant        preserve | adapt | route
     scale_w12            [[layer, module], ...] where W12 exists (module: qkv, proj, fc1, fc2)
-    scale_router_tau     route: emit the preservation head where cos(z_p, z_a) >= tau
+    scale_router_tau     route: emit the preservation head where the router statistic >= tau
+                         (editable; forward() and generate() also take route_tau=...)
+    scale_router_statistic  cosine (the paper's) | centered-cosine | max-prob | certainty
+                         (editable; forward() and generate() also take route_statistic=...)
     scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
     scale_tied_output    the preservation head W_out is the input embedding E
 
@@ -40,6 +43,7 @@ class ScaleLlamaConfig(LlamaConfig):
         scale_variant: str = "preserve",
         scale_w12: list | None = None,
         scale_router_tau: float = 0.5,
+        scale_router_statistic: str = "cosine",
         scale_output_head: str = "auto",
         scale_tied_output: bool = False,
         **kwargs,
@@ -51,6 +55,7 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_variant = scale_variant
         self.scale_w12 = [list(x) for x in (scale_w12 or [])]
         self.scale_router_tau = scale_router_tau
+        self.scale_router_statistic = scale_router_statistic
         self.scale_output_head = scale_output_head
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied

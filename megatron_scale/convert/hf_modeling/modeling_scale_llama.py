@@ -13,7 +13,8 @@ Every linear y = W x of the base is upscaled:
   base K/V, new heads new K/V; RoPE is the same for all heads;
 - SwiGLU: gate and up have f' new units after the base f; down reads [f ; f'];
 - output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head);
-  the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a.
+  the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a (or another statistic:
+  config.scale_router_statistic; tau and statistic can be overridden per call).
 With W12 = 0 the first d dims of every layer and z_p are exactly the base Llama's.
 """
 
@@ -32,6 +33,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .configuration_scale_llama import ScaleLlamaConfig
 
 HEADS = ("auto", "adapt", "preserve", "route")
+STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -186,19 +188,43 @@ class ScaleOutputLayer(nn.Module):
         self.weight = None if tied else nn.Parameter(torch.empty(vocab, d))
         self.weight_up = nn.Parameter(torch.empty(vocab, du))
 
-    def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float,
+                statistic: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         z_p = F.linear(x[..., : self.d], base_weight)
         if head == "preserve":
             return z_p, None
         z_a = z_p + F.linear(x[..., self.d :], self.weight_up)
         if head == "adapt":
             return z_a, None
-        p, a = z_p.float(), z_a.float()
-        dot, pp, aa = (p * a).sum(-1), (p * p).sum(-1), (a * a).sum(-1)
-        denom = torch.sqrt(pp * aa)
-        cos = torch.where(denom > 0, dot / denom.clamp_min(torch.finfo(denom.dtype).tiny), torch.ones_like(dot))
-        keep = cos.clamp(-1.0, 1.0) >= tau  # an all-zero head keeps z_p
+        keep = router_statistic(statistic, z_p, z_a) >= tau
         return torch.where(keep.unsqueeze(-1), z_p, z_a), keep
+
+
+def _cosine(p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    dot, pp, aa = (p * a).sum(-1), (p * p).sum(-1), (a * a).sum(-1)
+    denom = torch.sqrt(pp * aa)
+    cos = torch.where(denom > 0, dot / denom.clamp_min(torch.finfo(denom.dtype).tiny), torch.ones_like(dot))
+    return cos.clamp(-1.0, 1.0)  # an all-zero head keeps z_p
+
+
+def router_statistic(name: str, z_p: torch.Tensor, z_a: torch.Tensor) -> torch.Tensor:
+    """Per token (fp32): keep z_p where it is >= tau. cosine: cos(z_p, z_a); centered-cosine: the
+    same on mean-centred logits; max-prob: max softmax(z_p); certainty: 1 - H(softmax(z_p)) / log V."""
+    p, a = z_p.float(), z_a.float()
+    if name == "cosine":
+        return _cosine(p, a)
+    if name == "centered-cosine":
+        return _cosine(p - p.mean(-1, keepdim=True), a - a.mean(-1, keepdim=True))
+    if name in ("max-prob", "certainty"):
+        shifted = p - p.max(-1, keepdim=True).values
+        e = shifted.exp()
+        s = e.sum(-1)
+        if name == "max-prob":
+            return 1.0 / s
+        entropy = s.log() - (e * shifted).sum(-1) / s
+        vocab = p.shape[-1]
+        return (1.0 - entropy / math.log(vocab)).clamp(0.0, 1.0) if vocab > 1 else torch.ones_like(s)
+    raise ValueError(f"scale_router_statistic {name!r}: choose one of {STATISTICS}")
 
 
 class ScaleLlamaPreTrainedModel(PreTrainedModel):
@@ -275,7 +301,10 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: Cache | None = None,
                 use_cache: bool | None = None, labels: torch.Tensor | None = None,
-                logits_to_keep: int = 0, **kwargs: object) -> CausalLMOutputWithPast:
+                logits_to_keep: int = 0, route_tau: float | None = None, route_statistic: str | None = None,
+                **kwargs: object) -> CausalLMOutputWithPast:
+        """route_tau / route_statistic override config.scale_router_tau / _statistic for this
+        call (generate() passes them on: model.generate(ids, route_tau=0.9))."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
@@ -283,7 +312,9 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         base_w = self.model.embed_tokens.weight if self.lm_head.weight is None else self.lm_head.weight
-        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), self.config.scale_router_tau)
+        tau = self.config.scale_router_tau if route_tau is None else float(route_tau)
+        statistic = self.config.scale_router_statistic if route_statistic is None else route_statistic
+        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), tau, statistic)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)

@@ -1,0 +1,1 @@
+"""SCALE-Route at every threshold from one pass: sweeps, ROC, calibration (route_eval/*)."""

@@ -1,0 +1,60 @@
+"""The sweep's outputs: a JSON of every number and a PNG with the trade-off and the ROC."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from megatron_scale.data.files import atomic_write
+
+
+def thin(xs: list[float], ys: list[float], limit: int = 400) -> tuple[list[float], list[float]]:
+    """At most `limit` evenly spaced points of a curve (ends kept), for the JSON and the plot."""
+    if len(xs) <= limit:
+        return xs, ys
+    idx = sorted({round(i * (len(xs) - 1) / (limit - 1)) for i in range(limit)})
+    return [xs[i] for i in idx], [ys[i] for i in idx]
+
+
+def write_json(path: str, results: dict[str, Any]) -> None:
+    atomic_write(path, (json.dumps(results, indent=1) + "\n").encode("utf-8"))
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    """Left: old-domain against new-domain metric, one point per tau, per statistic, with z_p alone
+    and z_a alone marked. Right: the ROC of each statistic as an old-vs-new token classifier."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    old, new, metric = results["old"], results["new"], results["metric"]
+    fig, (ax, roc_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for stat, r in results["statistics"].items():
+        ax.plot([p[old] for p in r["points"]], [p[new] for p in r["points"]], ".-", label=f"{stat} (AUC {r['auc']:.3f})")
+        roc_ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=f"{stat} ({r['auc']:.3f})")
+        cal = r.get("calibration")
+        if cal:
+            ax.plot([cal[old]], [cal[new]], "k*", ms=10)
+    heads = results["heads"]
+    for head, marker in (("z_p", "s"), ("z_a", "^")):
+        ax.plot([heads[old][head]], [heads[new][head]], marker, color="black", ms=8, label=f"{head} alone")
+    ax.set_xlabel(f"old domain ({old}) {metric}")
+    ax.set_ylabel(f"new domain ({new}) {metric}")
+    ax.set_title(f"routed {metric}, one point per tau (* calibrated)")
+    if metric == "ppl":
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    roc_ax.plot([0, 1], [0, 1], ":", color="gray")
+    roc_ax.set_xlabel(f"{new} tokens kept on z_p (FPR)")
+    roc_ax.set_ylabel(f"{old} tokens kept on z_p (TPR)")
+    roc_ax.set_title("router as an old-vs-new token classifier")
+    for a in (ax, roc_ax):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = f"{path}.partial-{os.getpid()}.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -1,0 +1,125 @@
+"""`tools/route_sweep.py`'s work: a SCALE checkpoint and an old-domain and a new-domain eval set
+in, every router statistic's trade-off out (sweep.json, sweep.png), from one forward pass per
+window at the checkpoint's model, TP ranks spawned as the conversion tools spawn them (PP = 1).
+Optionally a calibrated tau, written as the router default of a new checkpoint (--save), which
+training, evaluation and the HF export then use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_eval.calibrate import check_share
+
+
+@dataclass(kw_only=True)
+class SweepSettings:
+    load: str
+    old: tuple[str, str]  # (name, dataset prefix)
+    new: tuple[str, str]
+    out: str
+    seq_length: int
+    samples: int
+    batch_size: int = 4
+    tp: int = 1
+    statistics: tuple[str, ...] = STATISTICS
+    taus: tuple[float, ...] | None = None
+    keep_old: float | None = None
+    min_new_adapt: float | None = None
+    calibrate_with: str = "cosine"
+    calibration_old: str | None = None  # held-out prefixes for calibration (default: the eval sets)
+    calibration_new: str | None = None
+    save: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        for flag, value in (("--seq-length", self.seq_length), ("--samples", self.samples),
+                            ("--batch-size", self.batch_size), ("--tensor-model-parallel-size", self.tp)):
+            if value < 1:
+                raise ValueError(f"{flag}: must be at least 1, got {value}")
+        bad = [s for s in self.statistics if s not in STATISTICS]
+        if bad:
+            raise ValueError(f"--statistics: unknown {bad}; choose from {', '.join(STATISTICS)}")
+        if self.calibrate_with not in self.statistics:
+            raise ValueError(f"--calibrate-with {self.calibrate_with!r} is not among --statistics {list(self.statistics)}")
+        if self.save is not None and self.keep_old is None:
+            raise ValueError("--save writes the calibrated tau: it needs --keep-old")
+        if (self.calibration_old is None) != (self.calibration_new is None):
+            raise ValueError("--calibration-old-data and --calibration-new-data go together")
+        if self.keep_old is None and (self.min_new_adapt is not None or self.calibration_old is not None):
+            raise ValueError("--min-new-adapt and --calibration-*-data need --keep-old")
+        check_share("--keep-old", self.keep_old)
+        check_share("--min-new-adapt", self.min_new_adapt)
+        if not os.path.isdir(self.load):
+            raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
+
+
+def _model(load: str, tp: int) -> Any:
+    from megatron_scale.checkpoint import load_checkpoint
+    from megatron_scale.convert.llama import build_model
+    from megatron_scale.convert.megatron_io import MegatronReader
+
+    reader = MegatronReader(load)
+    if reader.scale_dims is None:
+        raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
+    model = build_model(reader.model_args(), reader.scale_dims, tp, 1)
+    load_checkpoint(model, load)
+    return model.eval()
+
+
+def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    from megatron_scale.route_eval.collect import collect
+    from megatron_scale.route_eval.windows import batches
+
+    model = _model(s.load, s.tp)
+    device = next(model.parameters()).device
+    return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
+
+
+def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str) -> str:
+    from megatron_scale.checkpoint import save_checkpoint
+    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+    from megatron_scale.model.builder import set_router_default
+
+    model = _model(load, tp)
+    set_router_default(model, tau, statistic)
+    record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
+    return str(save_checkpoint(model, save, extra=lambda _: record))
+
+
+def run_sweep(s: SweepSettings) -> dict[str, Any]:
+    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.route_eval.analysis import analyse
+    from megatron_scale.route_eval.report import plot, write_json
+    from megatron_scale.route_eval.windows import windows
+
+    s.check()
+    sets = {"old": windows(s.old[1], s.seq_length, s.samples, flag="--old-data"),
+            "new": windows(s.new[1], s.seq_length, s.samples, flag="--new-data")}
+    if s.calibration_old is not None:
+        sets["cal_old"] = windows(s.calibration_old, s.seq_length, s.samples, flag="--calibration-old-data")
+        sets["cal_new"] = windows(s.calibration_new, s.seq_length, s.samples, flag="--calibration-new-data")
+    rec = on_ranks(_records_rank, s.tp, 1, s, sets)[0]
+    cal_sets = (rec["cal_old"], rec["cal_new"]) if "cal_old" in rec else None
+    results = analyse((s.old[0], rec["old"]), (s.new[0], rec["new"]), s.statistics, "ppl", taus=s.taus,
+                      keep_old=s.keep_old, min_new_adapt=s.min_new_adapt, calibration_sets=cal_sets)
+    results["settings"] = {k: v for k, v in vars(s).items() if k != "extra"}
+    summary: dict[str, Any] = {"auc": {k: v["auc"] for k, v in results["statistics"].items()},
+                               "heads": results["heads"]}
+    if s.keep_old is not None:
+        cal = results["statistics"][s.calibrate_with]["calibration"]
+        summary["calibration"] = cal
+        if s.save is not None:
+            results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
+                                                           s.calibrate_with)[0]
+    Path(s.out).mkdir(parents=True, exist_ok=True)
+    write_json(os.path.join(s.out, "sweep.json"), results)
+    plot(results, os.path.join(s.out, "sweep.png"))
+    summary["json"], summary["plot"] = os.path.join(s.out, "sweep.json"), os.path.join(s.out, "sweep.png")
+    return summary

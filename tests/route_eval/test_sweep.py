@@ -1,0 +1,189 @@
+"""SCALE-Route at every threshold from one pass (route_eval/, model/route_record.py,
+model/router_stats.py).
+
+Spawned (gloo, 2 ranks), the same Route model (trained-looking output heads) at TP=1 and TP=2:
+- every router statistic equals its single-device definition on the full logits (TP=1 and TP=2);
+- a tau/statistic override at evaluation gives exactly the routed logits of a model built with
+  that tau and statistic;
+- the sweep's perplexity and accuracy at grid taus (one pass) equal a direct routed evaluation at
+  that tau (GPTModel's own loss on the routed logits, same tokens) to fp32 rounding, with tokens
+  routed both ways, and TP=2's records equal TP=1's.
+Unit: ROC/AUC on known scores; calibration reaches its target where reachable and says so where
+not; bad targets are refused by flag name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from tests import _tiny
+from tests._dist import run_ranks
+
+STATS = ("cosine", "centered-cosine", "max-prob", "certainty")
+
+
+def _state(model: Any) -> dict[str, torch.Tensor]:
+    from megatron_scale.model.state import global_state_dict
+
+    g = torch.Generator().manual_seed(4)
+    out = {}
+    for k, v in global_state_dict(model).items():
+        if k.endswith("output_layer.weight_up"):
+            v = v + 3.0 * torch.randn(v.shape, generator=g)
+        elif k.endswith(("weight_21", "weight_22", "embedding.word_embeddings.weight_up")):
+            v = v + 0.3 * torch.randn(v.shape, generator=g)
+        out[k] = v
+    return out
+
+
+def _model(tp: int, state: dict | None, **scale: Any) -> tuple[Any, dict]:
+    from megatron_scale.config import ScaleConfig
+    from megatron_scale.model.state import load_global_state_dict
+
+    m = _tiny.build_scale(_tiny.base_config(tp), ScaleConfig(variant="route", **scale), False,
+                          _tiny.base_state_dict(tied=False))
+    state = _state(m) if state is None else state
+    load_global_state_dict(m, state)
+    return m.eval(), state
+
+
+def _reference_stats(z_p: torch.Tensor, z_a: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Single-device definitions on full logits, fp64."""
+    p, a = z_p.double(), z_a.double()
+    cos = torch.nn.functional.cosine_similarity
+    prob = p.softmax(-1)
+    entropy = -(prob * prob.log()).sum(-1)
+    return {"cosine": cos(p, a, dim=-1), "centered-cosine": cos(p - p.mean(-1, keepdim=True), a - a.mean(-1, keepdim=True), dim=-1),
+            "max-prob": prob.max(-1).values, "certainty": 1 - entropy / math.log(p.shape[-1])}
+
+
+def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
+    from megatron_scale.model.builder import output_head, router_settings
+    from megatron_scale.route_eval import curves
+    from megatron_scale.route_eval.collect import collect
+
+    model, state = _model(tp, state)
+    b = _tiny.batch(seed=8)
+    args = (b["input_ids"], b["position_ids"], b["attention_mask"])
+    batch = {"tokens": b["input_ids"], "labels": b["labels"], "position_ids": b["position_ids"],
+             "attention_mask": b["attention_mask"]}
+    res: dict[str, Any] = {"state": state}
+    rec = collect(model, [batch], STATS)
+    res["records"] = rec
+    with torch.no_grad(), output_head(model, "preserve"):
+        z_p = model(*args, runtime_gather_output=True)
+    with torch.no_grad(), output_head(model, "adapt"):
+        z_a = model(*args, runtime_gather_output=True)
+    ref = _reference_stats(z_p, z_a)
+    res["stat_err"] = {s: float((rec[f"stat/{s}"].double() - ref[s].flatten()).abs().max()) for s in STATS}
+    res["sweep"] = {}
+    for s in STATS:
+        grid = curves.default_grid([rec[f"stat/{s}"]], points=9)
+        checks = []
+        for tau in grid:
+            with torch.no_grad(), router_settings(model, tau=tau, statistic=s):
+                loss = model(*args, labels=b["labels"])  # [b, s] per-token loss of the routed logits
+                logits = model(*args, runtime_gather_output=True)
+            direct_ppl = math.exp(float(loss.double().mean()))
+            direct_acc = float((logits.argmax(-1) == b["labels"]).double().mean())
+            kept = float((rec[f"stat/{s}"] >= tau).double().mean())
+            checks.append({"tau": tau, "kept": kept, "direct_ppl": direct_ppl,
+                           "sweep_ppl": curves.metric_at(rec, s, tau, "ppl"),
+                           "direct_acc": direct_acc, "sweep_acc": curves.metric_at(rec, s, tau, "accuracy")})
+        res["sweep"][s] = checks
+    # a tau/statistic override at evaluation == a model built with them
+    res["override_equal"] = {}
+    for s in STATS:
+        tau = float(rec[f"stat/{s}"].median())
+        other, _ = _model(tp, state, router_tau=tau, router_statistic=s)
+        with torch.no_grad():
+            built = other(*args, runtime_gather_output=True)
+            with router_settings(model, tau=tau, statistic=s):
+                overridden = model(*args, runtime_gather_output=True)
+            default = model(*args, runtime_gather_output=True)
+        res["override_equal"][s] = bool(torch.equal(built, overridden))
+        res["override_changes_something"] = not torch.equal(default, overridden) or s == "cosine"
+    return res
+
+
+def _body(rank: int, world: int) -> dict[str, Any]:
+    from megatron_scale import _mcore as mc
+    from megatron_scale.distributed import init_distributed
+
+    init_distributed(1, 1, device="cpu")
+    tp1 = _at_tp(1, None)
+    mc.parallel_state.destroy_model_parallel()
+    mc.parallel_state.initialize_model_parallel(2)
+    tp2 = _at_tp(2, tp1.pop("state"))
+    tp2.pop("state")
+    rec_err = {k: float((tp1["records"][k].double() - tp2["records"][k].double()).abs().max()) for k in tp1["records"]}
+    return {"tp1": tp1, "tp2": tp2, "record_err": rec_err}
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict[str, Any]]:
+    return run_ranks(_body, 2)
+
+
+@pytest.mark.dist
+def test_statistics_match_their_definitions(results: list) -> None:
+    for r in results:
+        for tp in ("tp1", "tp2"):
+            for s, err in r[tp]["stat_err"].items():
+                assert err < 1e-5, (tp, s, err)
+
+
+@pytest.mark.dist
+def test_override_equals_a_model_built_with_that_tau(results: list) -> None:
+    for r in results:
+        for tp in ("tp1", "tp2"):
+            assert all(r[tp]["override_equal"].values()), (tp, r[tp]["override_equal"])
+            assert r[tp]["override_changes_something"]
+
+
+@pytest.mark.dist
+def test_sweep_equals_direct_routed_evaluation(results: list) -> None:
+    for r in results:
+        for tp in ("tp1", "tp2"):
+            for s, checks in r[tp]["sweep"].items():
+                assert any(0.0 < c["kept"] < 1.0 for c in checks), (tp, s, "needs tokens routed each way")
+                assert checks[0]["kept"] == 1.0 and checks[-1]["kept"] == 0.0, (tp, s)
+                for c in checks:
+                    assert c["sweep_ppl"] == pytest.approx(c["direct_ppl"], rel=1e-6), (tp, s, c)
+                    assert c["sweep_acc"] == pytest.approx(c["direct_acc"], abs=1e-12), (tp, s, c)
+        for k, err in r["record_err"].items():
+            assert err < 1e-4, (k, err)
+
+
+def test_roc_and_auc() -> None:
+    from megatron_scale.route_eval.curves import roc
+
+    perfect = roc(torch.tensor([0.9, 0.8, 0.7]), torch.tensor([0.1, 0.2]))
+    assert perfect["auc"] == 1.0
+    assert perfect["tpr"][-1] == 1.0 and perfect["fpr"][-1] == 1.0
+    inverted = roc(torch.tensor([0.1]), torch.tensor([0.5, 0.6]))
+    assert inverted["auc"] == 0.0
+    ties = roc(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.4]))
+    assert ties["auc"] == pytest.approx(0.75)  # (0.5 + 1) / 2 per old token
+
+
+def test_calibration_reaches_a_reachable_target_and_says_when_not() -> None:
+    from megatron_scale.route_eval.calibrate import CalibrationError, calibrate
+
+    old = torch.linspace(0.5, 1.0, 200)  # old tokens score high
+    new = torch.linspace(0.0, 0.6, 100)
+    c = calibrate(old, new, "max-prob", keep_old=0.95, min_new_adapt=0.5)
+    assert c.reachable and c.old_kept >= 0.95 and c.new_adapted >= 0.5
+    assert float((old >= c.tau + 1e-6).double().mean()) < 0.95  # the largest such tau
+    assert "both targets reached" in c.message
+    hard = calibrate(old, new, "cosine", keep_old=0.95, min_new_adapt=0.99)
+    assert not hard.reachable and hard.old_kept >= 0.95 and hard.new_adapted < 0.99
+    assert "unreachable" in hard.message
+    with pytest.raises(CalibrationError, match="--keep-old"):
+        calibrate(old, new, "cosine", keep_old=1.5)
+    with pytest.raises(CalibrationError, match="--min-new-adapt"):
+        calibrate(old, new, "cosine", keep_old=0.9, min_new_adapt=0.0)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""SCALE-Route at every threshold from one pass over an old-domain and a new-domain eval set.
+
+    python tools/route_sweep.py --load ckpt/scale-route --old-data en=data/en_text_document \
+        --new-data ko=data/ko_text_document --seq-length 512 --samples 32 --out runs/sweep
+    # pick tau keeping >= 95% of English tokens on z_p (held-out sets), write it as the default:
+    python tools/route_sweep.py ... --keep-old 0.95 --min-new-adapt 0.5 --calibrate-with max-prob \
+        --calibration-old-data data/en_heldout --calibration-new-data data/ko_heldout --save ckpt/calibrated
+
+Per router statistic (cosine, the paper's, and centered-cosine, max-prob, certainty): the routed
+perplexity of both sets at every tau of a grid, z_p alone and z_a alone, the ROC/AUC of the router
+as an old-vs-new token classifier, and the calibrated tau when asked. Writes OUT/sweep.json and
+OUT/sweep.png; prints a JSON summary. All the work is in megatron_scale.route_eval.runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from megatron_scale.cli import run_tool
+from megatron_scale.model.router_stats import STATISTICS
+
+
+def _named(flag: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, prefix = text.partition("=")
+        if not sep or not name or not prefix:
+            raise argparse.ArgumentTypeError(f"{flag}: expected NAME=PREFIX, got {text!r}")
+        return name, prefix
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--load", required=True, help="SCALE checkpoint (any variant: both heads exist)")
+    p.add_argument("--old-data", required=True, type=_named("--old-data"), help="NAME=PREFIX of the old domain")
+    p.add_argument("--new-data", required=True, type=_named("--new-data"), help="NAME=PREFIX of the new domain")
+    p.add_argument("--out", required=True, help="folder for sweep.json and sweep.png")
+    p.add_argument("--seq-length", type=int, required=True)
+    p.add_argument("--samples", type=int, default=16, help="windows per set (first ones, in order)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--tensor-model-parallel-size", type=int, default=1)
+    p.add_argument("--statistics", nargs="+", default=list(STATISTICS), choices=STATISTICS)
+    p.add_argument("--taus", nargs="+", type=float, default=None, help="grid (default: quantiles of each statistic)")
+    p.add_argument("--keep-old", type=float, default=None,
+                   help="calibrate: keep at least this share of old-domain tokens on z_p")
+    p.add_argument("--min-new-adapt", type=float, default=None,
+                   help="calibrate: and send at least this share of new-domain tokens to z_a (else: unreachable)")
+    p.add_argument("--calibrate-with", choices=STATISTICS, default="cosine", help="statistic whose tau is calibrated")
+    p.add_argument("--calibration-old-data", default=None, help="held-out old-domain PREFIX (default: --old-data)")
+    p.add_argument("--calibration-new-data", default=None, help="held-out new-domain PREFIX (default: --new-data)")
+    p.add_argument("--save", default=None, help="write the checkpoint again with the calibrated tau as its default")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    warnings.filterwarnings("ignore", module="megatron")
+    from megatron_scale.convert import ConversionError
+    from megatron_scale.route_eval.calibrate import CalibrationError
+    from megatron_scale.route_eval.runner import SweepSettings, run_sweep
+
+    settings = SweepSettings(
+        load=a.load, old=a.old_data, new=a.new_data, out=a.out, seq_length=a.seq_length, samples=a.samples,
+        batch_size=a.batch_size, tp=a.tensor_model_parallel_size, statistics=tuple(a.statistics),
+        taus=tuple(a.taus) if a.taus else None, keep_old=a.keep_old, min_new_adapt=a.min_new_adapt,
+        calibrate_with=a.calibrate_with, calibration_old=a.calibration_old_data,
+        calibration_new=a.calibration_new_data, save=a.save,
+    )
+
+    def work() -> dict:
+        summary = run_sweep(settings)
+        if "calibration" in summary:
+            print(summary["calibration"]["message"], file=sys.stderr)
+        return summary
+
+    return run_tool(work, (ValueError, ConversionError, CalibrationError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
