@@ -69,8 +69,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ -z "${PYTHON:-}" ]; then
   if [ -n "$CONTAINER_IMAGE" ]; then PYTHON=python
   elif [ -n "${VENV:-}" ]; then PYTHON=$VENV/bin/python
-  elif [ -x "$SCALE_REPO/.venv/bin/python" ]; then PYTHON=$SCALE_REPO/.venv/bin/python
-  else PYTHON=python3; fi
+  else PYTHON=$(bash "$SCALE_REPO/tools/venv.sh"); fi  # the tests' .venv, made here on a fresh clone
 fi
 read -r -a MODEL_ARGS <<<"$MODEL_FLAGS"
 read -r -a SCALE_ARGS <<<"$SCALE_FLAGS"
