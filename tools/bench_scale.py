@@ -102,15 +102,15 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
 
     torch.manual_seed(0)
     model, _ = _build(a, scope, method)
-    model.to(a.device)
+    model.to(a.run_device)
     dtype = torch.bfloat16 if a.bf16 else torch.float32
     s, b = a.seq, a.batch
-    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=a.device), 1)
+    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=a.run_device), 1)
     if scope == "layer":
         module = model.decoder.layers[0]
         width = module.config.hidden_size
-        x = torch.randn(s, b, width, dtype=dtype, device=a.device, requires_grad=True)
-        grad_out = torch.randn(s, b, width, dtype=dtype, device=a.device)
+        x = torch.randn(s, b, width, dtype=dtype, device=a.run_device, requires_grad=True)
+        grad_out = torch.randn(s, b, width, dtype=dtype, device=a.run_device)
 
         # A block enters FP8 autocast around each layer; a layer called alone needs it here.
         fp8_context = mc.te_extensions().get_fp8_context if a.fp8_format else lambda _: contextlib.nullcontext()
@@ -122,8 +122,8 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
 
     else:
         module = model
-        ids = torch.randint(0, a.vocab, (b, s + 1), device=a.device)
-        pos = torch.arange(s, device=a.device).expand(b, s)
+        ids = torch.randint(0, a.vocab, (b, s + 1), device=a.run_device)
+        pos = torch.arange(s, device=a.run_device).expand(b, s)
 
         def loss_fn() -> Any:
             return model(ids[:, :-1], pos, mask, labels=ids[:, 1:]).float().mean()
@@ -161,7 +161,7 @@ def _init(a: argparse.Namespace) -> None:
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
-    init_distributed(1, 1, device=a.device, seed=1234)
+    a.run_device = init_distributed(1, 1, device=a.device, seed=1234)  # where models and inputs go
 
 
 def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
