@@ -60,7 +60,7 @@ class SweepSettings:
             raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
 
 
-def _model(load: str, tp: int) -> Any:
+def _model(load: str, tp: int, device: torch.device) -> Any:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.convert.llama import build_model
     from megatron_scale.convert.megatron_io import MegatronReader
@@ -68,26 +68,25 @@ def _model(load: str, tp: int) -> Any:
     reader = MegatronReader(load)
     if reader.scale_dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    model = build_model(reader.model_args(), reader.scale_dims, tp, 1)
+    model = build_model(reader.model_args(), reader.scale_dims, tp, 1).to(device)
     load_checkpoint(model, load)
     return model.eval()
 
 
-def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: torch.device) -> dict[str, dict[str, torch.Tensor]]:
     from megatron_scale.route_eval.collect import collect
     from megatron_scale.route_eval.windows import batches
 
-    model = _model(s.load, s.tp)
-    device = next(model.parameters()).device
+    model = _model(s.load, s.tp, device)
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
 
 
-def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str) -> str:
+def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, *, device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
     from megatron_scale.model.builder import set_router_default
 
-    model = _model(load, tp)
+    model = _model(load, tp, device)
     set_router_default(model, tau, statistic)
     record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
     return str(save_checkpoint(model, save, extra=lambda _: record))

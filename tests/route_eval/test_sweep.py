@@ -79,7 +79,7 @@ def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
     with torch.no_grad(), output_head(model, "adapt"):
         z_a = model(*args, runtime_gather_output=True)
     ref = _reference_stats(z_p, z_a)
-    res["stat_err"] = {s: float((rec[f"stat/{s}"].double() - ref[s].flatten()).abs().max()) for s in STATS}
+    res["stat_err"] = {s: float((rec[f"stat/{s}"].double() - ref[s].flatten().cpu()).abs().max()) for s in STATS}
     res["sweep"] = {}
     for s in STATS:
         grid = curves.default_grid([rec[f"stat/{s}"]], points=9)
