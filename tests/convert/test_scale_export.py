@@ -89,7 +89,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
 
             with output_head(model, "preserve"):
                 z_p = megatron_logits(model, ids)
-            stat = token_records(z_p, res["route/z_a"], ids, None, ("max-prob",))["stat/max-prob"]
+            stat = token_records(z_p, res["route/z_a"], ids.to(z_p.device), None, ("max-prob",))["stat/max-prob"]
             res["override_tau"] = float(stat.median())
             with router_settings(model, tau=res["override_tau"], statistic="max-prob"):
                 res["route/override_logits"] = megatron_logits(model, ids)

@@ -153,9 +153,9 @@ def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> di
     from tests import _tiny
 
     init_distributed(2, 1, device="cpu")
-    base = build_model(_method_args("full", 2)).eval()
+    base = build_model(_method_args("full", 2)).to(_tiny.device()).eval()
     load_initial_weights(base, base_ckpt)
-    scale = build_model(_method_args("scale-preserve", 2)).eval()
+    scale = build_model(_method_args("scale-preserve", 2)).to(_tiny.device()).eval()
     load_checkpoint(scale, scale_ckpt)
     b = _tiny.batch(seed=5)
     with torch.no_grad():
