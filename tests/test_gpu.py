@@ -51,11 +51,12 @@ def test_every_method_trains_saves_and_resumes_on_one_gpu(tmp_path: Path) -> Non
         flags = ["--method", method, "--data-path", data, "--load", str(base), "--save", str(save),
                  "--save-interval", "2", "--eval-interval", "1", "--eval-iters", "1", "--metrics-file", str(metrics),
                  *EXTRA.get(method, [])]
-        _train(*flags, "--train-iters", "2")
+        _train(*flags, "--train-iters", "3", "--exit-interval", "2")  # saves at 2 and stops
         assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "2", method
         _train(*flags, "--train-iters", "3")  # resumes from iteration 2
         recs = records(metrics)
         assert [r["iteration"] for r in recs] == [1, 2, 3], (method, recs)
+        assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3", method
         assert all(r["lm_loss"] == r["lm_loss"] and r["lm_loss"] < 20 for r in recs), (method, recs)
         assert records(metrics, "eval/valid"), method
 

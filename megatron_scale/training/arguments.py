@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metrics-file", default=None, help="JSONL metrics (default: <save>/metrics.jsonl)")
     g.add_argument("--tensorboard-dir", default=None)
     g.add_argument("--exit-signal-save", action="store_true", help="on SIGTERM/SIGINT save before exiting")
+    g.add_argument("--exit-interval", type=int, default=None,
+                   help="stop (saving first, with --save) once the iteration is a multiple of this; "
+                   "--train-iters keeps fixing the LR schedule, so a later run resumes the same schedule")
 
     return p
 
@@ -220,7 +223,7 @@ def validate_schedule(args: argparse.Namespace) -> None:
     """The iteration counts, batch sizes, LR schedule and optimizer settings, which megatron-core
     only asserts on (OptimizerParamScheduler: warm-up below the decay horizon, min LR <= LR)."""
     _positive(args, "train_iters", "micro_batch_size", "global_batch_size", "seq_length", "log_interval",
-              "eval_iters", "lr_decay_iters", "save_interval", "eval_interval")
+              "eval_iters", "lr_decay_iters", "save_interval", "eval_interval", "exit_interval")
     if args.lr < 0 or args.min_lr < 0:
         raise ValueError(f"--lr {args.lr} / --min-lr {args.min_lr}: learning rates must be >= 0")
     if args.min_lr > args.lr:

@@ -254,12 +254,14 @@ def train(args: argparse.Namespace) -> Run:
                 run.log.eval_line(run.iteration, evaluate(run))
             last = run.iteration == args.train_iters
             stop = signals.any_rank(run.device)
+            leave = bool(args.exit_interval) and run.iteration % args.exit_interval == 0 and not last
             if args.save and ((args.save_interval and run.iteration % args.save_interval == 0) or last
-                              or (stop and args.exit_signal_save)):
+                              or (stop and args.exit_signal_save) or leave):
                 run.save()
-            if stop:
+            if stop or leave:
                 if run.log.active:
-                    print(f" stopping at iteration {run.iteration} on a signal", flush=True)
+                    why = "on a signal" if stop else f"at --exit-interval {args.exit_interval}"
+                    print(f" stopping at iteration {run.iteration} {why}", flush=True)
                 break
     finally:
         run.log.close()

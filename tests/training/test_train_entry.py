@@ -135,6 +135,15 @@ def test_sigkill_and_resume_reproduces_the_run(work: dict, preserve_run: dict) -
         assert value == preserve_run["losses"][it], it
 
 
+def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(work: dict, preserve_run: dict) -> None:
+    """--exit-interval 3: exits 0 after iteration 3 with a checkpoint there; the losses so far are
+    the uninterrupted run's (--train-iters still fixes the LR schedule)."""
+    save = work["root"] / "exit3"
+    recs = train(2, work["root"] / "exit3.jsonl", *_preserve_args(work, save), "--exit-interval", "3")
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert losses(recs) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
+
+
 def _method_args(method: str, tp: int = 1, *extra: str) -> Any:
     from megatron_scale.training import arguments as A
 
