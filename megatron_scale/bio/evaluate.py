@@ -7,7 +7,7 @@ is the token the model sees in training; the prompt must tokenise to a prefix of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,37 +43,35 @@ def probes(tokenizer: Tokenizer, qas: Sequence[QA]) -> list[Probe]:
 TAUS = (-1.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.01)
 
 
-def last_logits(model: Any, items: Sequence[Probe], batch_size: int = 64) -> torch.Tensor:
-    """[len(items), V] logits at each prompt's last position, in eval mode."""
-    return _at_last(model, items, batch_size, lambda logits: logits.float())
-
-
 def predictions(model: Any, items: Sequence[Probe], batch_size: int = 64) -> list[int]:
     """The model's argmax next token after each prompt (eval mode: a Route model routes)."""
-    return _at_last(model, items, batch_size, lambda logits: logits.argmax(-1)).tolist()
-
-
-def _at_last(model: Any, items: Sequence[Probe], batch_size: int, reduce: Any) -> torch.Tensor:
-    """`reduce(logits at each prompt's last position)`, stacked. Prompts are right-padded;
-    causal attention keeps the padding out of the positions read."""
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     out: list[torch.Tensor] = []
     try:
         with torch.no_grad():
-            for start in range(0, len(items), batch_size):
-                chunk = items[start : start + batch_size]
-                width = max(len(p.prompt) for p in chunk)
-                tokens = torch.zeros(len(chunk), width, dtype=torch.long)
-                for i, p in enumerate(chunk):
-                    tokens[i, : len(p.prompt)] = torch.tensor(p.prompt)
-                logits = model(tokens.to(device), position_ids(len(chunk), width, device), causal_mask(width, device))
-                last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
-                out.append(reduce(logits[torch.arange(len(chunk), device=device), last]).cpu())
+            for _, inputs, at_last in _prompt_batches(model, items, batch_size):
+                out.append(model(*inputs)[at_last].argmax(-1).cpu())
     finally:
         model.train(was_training)
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out).tolist() if out else []
+
+
+def _prompt_batches(model: Any, items: Sequence[Probe], batch_size: int) -> Iterator[tuple[Sequence[Probe], tuple, tuple]]:
+    """(chunk, model inputs, index of each prompt's last position in [b, s, ...] outputs) per batch,
+    on the model's device. Prompts are right-padded and collated on the host, then moved once;
+    causal attention keeps the padding out of the positions read."""
+    device = next(model.parameters()).device
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        width = max(len(p.prompt) for p in chunk)
+        tokens = torch.zeros(len(chunk), width, dtype=torch.long)
+        for i, p in enumerate(chunk):
+            tokens[i, : len(p.prompt)] = torch.tensor(p.prompt)
+        last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
+        rows = torch.arange(len(chunk), device=device)
+        inputs = (tokens.to(device), position_ids(len(chunk), width, device), causal_mask(width, device))
+        yield chunk, inputs, (rows, last)
 
 
 def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, Any]:
@@ -100,23 +98,15 @@ def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 6
 def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
     """Per-token records (model/route_record.py) at each prompt's last position, from one pass:
     every router statistic, and whether z_p / z_a put the answer's first token on top."""
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     parts: list[dict[str, torch.Tensor]] = []
     try:
         with torch.no_grad(), capturing(model) as layer:
-            for start in range(0, len(items), batch_size):
-                chunk = items[start : start + batch_size]
-                width = max(len(p.prompt) for p in chunk)
-                tokens = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-                for i, p in enumerate(chunk):
-                    tokens[i, : len(p.prompt)] = torch.tensor(p.prompt, device=device)
-                model(tokens, position_ids(len(chunk), width, device), causal_mask(width, device))
+            for chunk, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
+                model(*inputs)
                 z_p, z_a = layer.captured  # [s, b, V]
-                last = torch.tensor([len(p.prompt) - 1 for p in chunk], device=device)
-                rows = torch.arange(len(chunk), device=device)
-                target = torch.tensor([p.target for p in chunk], device=device)
+                target = torch.tensor([p.target for p in chunk], device=rows.device)
                 rec = token_records(z_p[last, rows], z_a[last, rows], target, None, STATISTICS)
                 parts.append({k: v.cpu() for k, v in rec.items()})
     finally:
