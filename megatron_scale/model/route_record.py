@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.router_stats import router_statistic
+from megatron_scale.model.router_stats import router_statistic, tp_all_reduce
 
 
 def _label_logit(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
@@ -35,15 +35,11 @@ def _label_logit(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup
     inside = (labels >= start) & (labels < start + local)
     idx = (labels - start).masked_fill(~inside, 0)
     picked = z.float().gather(-1, idx.unsqueeze(-1)).squeeze(-1).masked_fill(~inside, 0.0)
-    if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(picked, group=group)
-    return picked
+    return tp_all_reduce(picked, group)
 
 
 def _correct(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
-    top = z.float().max(-1).values
-    if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+    top = tp_all_reduce(z.float().max(-1).values, group, dist.ReduceOp.MAX)
     return _label_logit(z, labels, group) >= top
 
 

@@ -25,7 +25,8 @@ from megatron_scale.model.routing import route_statistics
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 
 
-def _all_reduce(t: torch.Tensor, group: dist.ProcessGroup | None, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
+def tp_all_reduce(t: torch.Tensor, group: dist.ProcessGroup | None, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
+    """All-reduce `t` in place over the TP group (no-op without one); returns it."""
     if group is not None and dist.get_world_size(group) > 1:
         dist.all_reduce(t, op=op, group=group)
     return t
@@ -43,7 +44,7 @@ def _cosine_from(dot: torch.Tensor, pp: torch.Tensor, aa: torch.Tensor) -> torch
 
 def cosine(z_p: torch.Tensor, z_a: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """cos(z_p, z_a) per token: three partial sums (routing.route_statistics, the C++ op on CPU)."""
-    dot, pp, aa = _all_reduce(route_statistics(z_p, z_a), group)
+    dot, pp, aa = tp_all_reduce(route_statistics(z_p, z_a), group)
     return _cosine_from(dot, pp, aa)
 
 
@@ -52,18 +53,18 @@ def centered_cosine(z_p: torch.Tensor, z_a: torch.Tensor, group: dist.ProcessGro
     the cosine's three partial sums of the centred slices (another)."""
     p, a = z_p.float(), z_a.float()
     vocab = p.shape[-1] * _tp_size(group)
-    means = _all_reduce(torch.stack((p.sum(-1), a.sum(-1))), group) / vocab
-    dot, pp, aa = _all_reduce(route_statistics(p - means[0].unsqueeze(-1), a - means[1].unsqueeze(-1)), group)
+    means = tp_all_reduce(torch.stack((p.sum(-1), a.sum(-1))), group) / vocab
+    dot, pp, aa = tp_all_reduce(route_statistics(p - means[0].unsqueeze(-1), a - means[1].unsqueeze(-1)), group)
     return _cosine_from(dot, pp, aa)
 
 
 def _softmax_sums(z_p: torch.Tensor, group: dist.ProcessGroup | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(global max m, S = sum exp(z - m), T = sum exp(z - m) (z - m)) per token of z_p."""
     p = z_p.float()
-    m = _all_reduce(p.max(-1).values, group, dist.ReduceOp.MAX)
+    m = tp_all_reduce(p.max(-1).values, group, dist.ReduceOp.MAX)
     shifted = p - m.unsqueeze(-1)
     e = shifted.exp()
-    sums = _all_reduce(torch.stack((e.sum(-1), (e * shifted).sum(-1))), group)
+    sums = tp_all_reduce(torch.stack((e.sum(-1), (e * shifted).sum(-1))), group)
     return m, sums[0], sums[1]
 
 
