@@ -57,10 +57,6 @@ def audit_requested() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def is_enabled() -> bool:
-    return _enabled
-
-
 def placement(t: torch.Tensor) -> str | None:
     """DEVICE, 'host (<origin>)', or None where the audit never saw the tensor made."""
     return getattr(t, _TAG, None)
@@ -161,6 +157,11 @@ _EXEMPT = {  # moves between host and device, and indexing (a CUDA tensor takes 
 _QUERIES = {"_has_compatible_shallow_copy_type"}  # compares two tensors' types, moves nothing
 
 
+def _host_tag(maker: str) -> str:
+    """The tag of a host tensor: what made it and where (the audit's messages quote it)."""
+    return f"host tensor (made by {maker} at {_caller()})"
+
+
 def _tag(out: Any, tag: str) -> None:
     if isinstance(out, torch.Tensor):
         setattr(out, _TAG, tag)
@@ -212,7 +213,7 @@ def audited_call(func: Callable, args: tuple, kwargs: dict, call: Callable[[], A
         )
     out = call()
     if explicit == "host":
-        tag = f"host tensor (made by {_name(func)} at {_caller()})"
+        tag = _host_tag(_name(func))
         if out is args[0] and placement(out) is DEVICE:  # .cpu() of a CPU tensor returns itself
             if out.requires_grad and out.is_leaf:
                 return out
@@ -224,7 +225,7 @@ def audited_call(func: Callable, args: tuple, kwargs: dict, call: Callable[[], A
     elif host is not None:
         tag = host
     elif not seen:
-        tag = f"host tensor (made by {_name(func)} at {_caller()})"
+        tag = _host_tag(_name(func))
     else:
         return out
     _tag(out, tag)
@@ -233,7 +234,7 @@ def audited_call(func: Callable, args: tuple, kwargs: dict, call: Callable[[], A
 
 def _from_numpy(array: Any) -> torch.Tensor:
     t = _orig_from_numpy(array)
-    setattr(t, _TAG, f"host tensor (made by torch.from_numpy at {_caller()})")
+    setattr(t, _TAG, _host_tag("torch.from_numpy"))
     return t
 
 
