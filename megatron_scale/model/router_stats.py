@@ -20,7 +20,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from megatron_scale.model.routing import route_statistics
+from megatron_scale.model.route_sums import route_statistics
 
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 
@@ -43,7 +43,7 @@ def _cosine_from(dot: torch.Tensor, pp: torch.Tensor, aa: torch.Tensor) -> torch
 
 
 def cosine(z_p: torch.Tensor, z_a: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """cos(z_p, z_a) per token: three partial sums (routing.route_statistics, the C++ op on CPU)."""
+    """cos(z_p, z_a) per token: three partial sums (route_sums.route_statistics, the C++ op on CPU)."""
     dot, pp, aa = tp_all_reduce(route_statistics(z_p, z_a), group)
     return _cosine_from(dot, pp, aa)
 

@@ -1,6 +1,6 @@
 """The C++ SCALE-Route statistics (csrc/route_stats.cpp, megatron_scale._C) against their twin.
 
-Twin: routing.route_statistics_torch, (z_p.z_a, |z_p|^2, |z_a|^2) per token in fp32. Both sum in
+Twin: route_sums.route_statistics_torch, (z_p.z_a, |z_p|^2, |z_a|^2) per token in fp32. Both sum in
 fp32 in different orders, so they agree to fp32 rounding of sums over the vocab slice: compared
 with atol relative to the scale of each sum (|z_p||z_a|). Cases: float32 and bfloat16, 3-D
 [s, b, V] logits, rows with a stride (a slice of a wider tensor), one token, a vocab that is no
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.model import routing
-from megatron_scale.model.routing import (
+from megatron_scale.model import route_sums
+from megatron_scale.model.route_sums import (
     route,
     route_statistics,
     route_statistics_cpp,
@@ -36,7 +36,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, z_p: torch.Tensor, z_a: torch.
 
 
 def test_extension_is_built() -> None:
-    assert routing.extension() is not None, (
+    assert route_sums.extension() is not None, (
         "megatron_scale._C is not built: `pip install -e .` (or `python setup.py build_ext --inplace`)"
     )
 
@@ -81,16 +81,16 @@ def test_fallback_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None
             raise ImportError("No module named 'megatron_scale._C'")
         return real(name, *a)
 
-    routing.extension.cache_clear()
+    route_sums.extension.cache_clear()
     monkeypatch.setattr(importlib, "import_module", no_ext)
     try:
         with pytest.warns(RuntimeWarning, match="setup.py build_ext --inplace"):
-            assert routing.extension() is None
+            assert route_sums.extension() is None
         z_p, z_a = _logits((5, 20), torch.float32)
         assert torch.equal(route_statistics(z_p, z_a), route_statistics_torch(z_p, z_a))
         logits, keep = route(z_p, z_a, 0.5)
         assert logits.shape == z_p.shape and keep.shape == (5,)
     finally:
         monkeypatch.undo()
-        routing.extension.cache_clear()
-    assert routing.extension() is not None
+        route_sums.extension.cache_clear()
+    assert route_sums.extension() is not None
