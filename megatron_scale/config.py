@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from megatron_scale.flags import flag
+
 VARIANTS = ("preserve", "adapt", "route")
 INITS = ("svd", "normal", "zero")
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
@@ -28,46 +30,69 @@ Variant = Literal["preserve", "adapt", "route"]
 Init = Literal["svd", "normal", "zero"]
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """'8 9 10' or '8,9,10' -> (8, 9, 10)."""
+    return tuple(int(x) for x in text.replace(",", " ").split())
+
+
+def word_list(text: str) -> tuple[str, ...]:
+    """'qkv proj' or 'qkv,proj' -> ('qkv', 'proj')."""
+    return tuple(text.replace(",", " ").split())
+
+
 class ScaleConfigError(ValueError):
     """A SCALE setting is invalid; the message names the setting (and its CLI flag)."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class ScaleConfig:
-    """SCALE settings as a user gives them (CLI flags are the field names as --scale-*)."""
+    """SCALE settings as a user gives them (the flags are the field names as --scale-*; the variant
+    is the caller's --method)."""
 
-    hidden_up: int | None = None
+    hidden_up: int | None = field(default=None, metadata=flag("--scale-hidden-up"))
     """d': extra hidden dims. None: hidden_size // 4."""
-    heads_up: int | None = None
+    heads_up: int | None = field(default=None, metadata=flag("--scale-heads-up"))
     """h': extra query heads. None: num_attention_heads // 4."""
-    groups_up: int | None = None
+    groups_up: int | None = field(default=None, metadata=flag("--scale-groups-up"))
     """g': extra KV groups. None: max(1, groups // 4), or h' / (h/g) so the GQA ratio holds."""
-    ffn_up: int | None = None
+    ffn_up: int | None = field(default=None, metadata=flag("--scale-ffn-up"))
     """f': extra SwiGLU units (gate and up each). None: ffn_hidden_size // 4."""
     variant: str = "preserve"
     """preserve | adapt | route."""
-    init: str = "svd"
+    init: str = field(default="svd", metadata=flag("--scale-init", choices=INITS))
     """How [W21 W22] starts: svd (top singular directions of W, scaled) | normal | zero."""
-    init_std: float = 0.02
+    init_std: float = field(default=0.02, metadata=flag("--scale-init-std"))
     """Standard deviation of the normal init (and of W22 under svd)."""
-    adapt_layers: tuple[int, ...] | None = None
+    adapt_layers: tuple[int, ...] | None = field(default=None, metadata=flag("--scale-adapt-layers", parse=int_list))
     """0-based layers whose W12 collaborates (adapt). None: the upper half."""
-    adapt_modules: tuple[str, ...] = ("qkv", "proj")
+    adapt_modules: tuple[str, ...] = field(default=("qkv", "proj"), metadata=flag("--scale-adapt-modules", parse=word_list))
     """Modules whose W12 collaborates (adapt): any of qkv, proj, fc1, fc2. Default: attention."""
-    route_adapt: bool = False
+    route_adapt: bool = field(default=False, metadata=flag("--scale-route-adapt"))
     """route only: build the routed model on Adapt (W12 where the adapt settings say)."""
-    router_tau: float = 0.5
+    router_tau: float = field(default=0.5, metadata=flag("--scale-router-tau"))
     """route: emit the preservation head where the router statistic >= tau (a default: evaluation
     and export take an override)."""
-    router_statistic: str = "cosine"
+    router_statistic: str = field(default="cosine", metadata=flag("--scale-router-statistic", choices=ROUTER_STATISTICS))
     """route: the per-token statistic the router compares with tau (model/router_stats.py):
     cosine (the paper's, cos(z_p, z_a)) | centered-cosine | max-prob | certainty."""
-    seed: int = 1234
+    seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
     def resolve(self, base: object, tensor_parallel_size: int = 1) -> ScaleDims:
         """Validate against a base TransformerConfig-like object and return the full geometry."""
         return _resolve(self, base, tensor_parallel_size)
+
+    @classmethod
+    def from_record(cls, dims: dict[str, Any]) -> ScaleConfig:
+        """The settings that resolve to a checkpoint's recorded geometry (`scale.dims`)."""
+        adapt_layers = tuple(sorted(dims.get("adapt_layers") or ()))
+        return cls(
+            hidden_up=dims["hidden_up"], heads_up=dims["heads_up"], groups_up=dims["groups_up"],
+            ffn_up=dims["ffn_up"], variant=dims["variant"], init=dims["init"], init_std=dims["init_std"],
+            adapt_layers=adapt_layers, adapt_modules=tuple(sorted(dims.get("adapt_modules") or ("qkv", "proj"))),
+            route_adapt=dims["variant"] == "route" and bool(adapt_layers), router_tau=dims["router_tau"],
+            router_statistic=dims.get("router_statistic", "cosine"), seed=dims["seed"],
+        )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron_scale.convert.model_args import LlamaArgs
+from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.layout import merge_qkv, split_gate_up, split_qkv
 
 LAYERS = "decoder.layers."

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from megatron_scale import _mcore as mc
-from megatron_scale.convert.model_args import ConversionError
+from megatron_scale.convert.hf_config import ConversionError
 
 
 def _free_port() -> int:

@@ -22,7 +22,8 @@ import torch.distributed.checkpoint as dcp
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import latest_iteration_dir
-from megatron_scale.convert.model_args import ConversionError, LlamaArgs
+from megatron_scale.model.args import ArchitectureError, LlamaArgs
+from megatron_scale.convert.hf_config import ConversionError
 
 MODEL_ARGS = "model_args"
 
@@ -90,14 +91,14 @@ class MegatronReader:
                 record = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError) as e:
                 raise ConversionError(f"--model-args {path}: cannot read it as JSON ({e})") from e
-            return LlamaArgs.from_json(record, where=f"--model-args {path}")
+            return _model_args(record, f"--model-args {path}")
         if MODEL_ARGS not in self.common:
             raise ConversionError(
                 f"{self.dir}: the checkpoint records no model arguments (it was not written by "
                 "convert_hf_to_megatron, upscale_checkpoint or a training run that records them); "
                 "pass --model-args FILE.json"
             )
-        return LlamaArgs.from_json(self.common[MODEL_ARGS], where=f"{self.dir}: model_args")
+        return _model_args(self.common[MODEL_ARGS], f"{self.dir}: model_args")
 
     def check_shapes(self, expected: dict[str, tuple[int, ...]]) -> None:
         """Every expected key exists with its global shape."""
@@ -109,3 +110,10 @@ class MegatronReader:
                     f"{self.dir}: tensor {key!r} has shape {self.shape(key)}, the model arguments "
                     f"imply {tuple(shape)}"
                 )
+
+
+def _model_args(record: Any, where: str) -> LlamaArgs:
+    try:
+        return LlamaArgs.from_json(record, where=where)
+    except ArchitectureError as e:
+        raise ConversionError(str(e)) from e

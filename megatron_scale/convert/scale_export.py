@@ -36,7 +36,8 @@ from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
 from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD
 from megatron_scale.convert.megatron_io import MegatronReader
-from megatron_scale.convert.model_args import DTYPES, ConversionError, LlamaArgs
+from megatron_scale.model.args import DTYPES, LlamaArgs
+from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
 from megatron_scale.model.layout import split_gate_up, split_qkv
 
 MODELING = Path(__file__).parent / "hf_modeling"
@@ -101,7 +102,7 @@ def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: dict[str, A
 
 
 def scale_hf_config(args: LlamaArgs, dims: dict[str, Any], w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
-    cfg = args.with_dtype(dtype).to_hf_config()
+    cfg = to_hf_config(with_dtype(args, dtype))
     cfg.update(
         architectures=["ScaleLlamaForCausalLM"], model_type="llama", hidden_act=GUARD,
         auto_map={"AutoConfig": "configuration_scale_llama.ScaleLlamaConfig",

@@ -32,7 +32,8 @@ from megatron_scale.convert.hf_io import (
     write_shards,
 )
 from megatron_scale.convert.megatron_io import MegatronReader
-from megatron_scale.convert.model_args import DTYPES, ConversionError, LlamaArgs
+from megatron_scale.model.args import DTYPES, LlamaArgs
+from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
 
 DEFAULT_SHARD_BYTES = 5 * 2**30
 
@@ -73,7 +74,7 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
     with tqdm(total=total, desc="writing HF tensors", unit="tensor", disable=not progress) as bar:
         items = keymap.megatron_to_hf(reader.get_merged, args)
         summary = write_shards(_cast(items, DTYPES[dtype], bar), tmp, max_shard_bytes)
-    write_json(tmp / "config.json", args.with_dtype(dtype).to_hf_config())
+    write_json(tmp / "config.json", to_hf_config(with_dtype(args, dtype)))
     return summary
 
 

@@ -27,9 +27,11 @@ from megatron_scale.checkpoint import save_checkpoint
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import SafetensorsReader
 from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.llama import build_llama_gpt
+from megatron_scale.model.build import Parallel, build_model
+from megatron_scale.model.methods import Full
 from megatron_scale.convert.megatron_io import MODEL_ARGS
-from megatron_scale.convert.model_args import ConversionError, LlamaArgs, read_hf_config
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.convert.hf_config import ConversionError, check_parallel, read_hf_config, with_dtype
 from megatron_scale.model.state import load_global_state_dict
 
 # HF tensors that carry no weights megatron-core needs (recomputed buffers).
@@ -90,7 +92,7 @@ def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, 
                   device: torch.device) -> None:
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     reader = SafetensorsReader(hf_dir)
-    model = build_llama_gpt(args, tp, pp).to(device)
+    model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(device)
     with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
         load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
@@ -103,8 +105,8 @@ def convert_hf_to_megatron(
     """Convert and return a summary (model args, parameters, dtype, layout)."""
     args = read_hf_config(hf_dir)
     if dtype is not None:
-        args = args.with_dtype(dtype)
-    args.check_parallel(tp, pp)
+        args = with_dtype(args, dtype)
+    check_parallel(args, tp, pp)
     if args.vocab_size % tp:
         raise ConversionError(
             f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size} "

@@ -22,9 +22,11 @@ from megatron_scale.checkpoint import save_checkpoint
 from megatron_scale.config import ScaleConfig, ScaleConfigError
 from megatron_scale.convert import keymap
 from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.llama import build_model
+from megatron_scale.model.build import Parallel, build_model
+from megatron_scale.model.methods import recorded_method
 from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
-from megatron_scale.convert.model_args import ConversionError, LlamaArgs
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.convert.hf_config import ConversionError, check_parallel
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.upscale import upscale_state_dict
 
@@ -33,7 +35,7 @@ def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, 
                   device: torch.device) -> None:
     reader = MegatronReader(base_dir)
     base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
-    model = build_model(args, dims, tp, pp).to(device)
+    model = build_model(args, recorded_method(dims, None), Parallel(tp=tp, pp=pp)).to(device)
     load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
 
@@ -47,7 +49,7 @@ def upscale_checkpoint(
     if reader.scale_dims is not None:
         raise ConversionError(f"--load {reader.dir}: already a SCALE checkpoint; upscale its base instead")
     args = reader.model_args(model_args)
-    args.check_parallel(tp, pp)
+    check_parallel(args, tp, pp)
     if args.vocab_size % tp:
         raise ConversionError(f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size}")
     reader.check_shapes(keymap.megatron_shapes(args))

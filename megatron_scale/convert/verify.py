@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.llama import build_model
+from megatron_scale.model.build import build_model
+from megatron_scale.model.methods import recorded_method
 from megatron_scale.convert.megatron_io import MegatronReader
-from megatron_scale.convert.model_args import LlamaArgs
+from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.builder import output_head
 from megatron_scale.model.inputs import causal_mask, position_ids
 from megatron_scale.model.state import load_global_state_dict
@@ -58,7 +59,7 @@ def load_fp32(model: Any, reader: MegatronReader, dtype: torch.dtype = torch.flo
 def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lora: dict | None, ids: torch.Tensor,
                           head: str, dtype: torch.dtype, *, device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
-    model = build_model(dataclasses.replace(args, params_dtype="float32"), dims, 1, 1, lora=lora).to(device).eval()
+    model = build_model(dataclasses.replace(args, params_dtype="float32"), recorded_method(dims, lora)).to(device).eval()
     load_fp32(model, reader, dtype)
     if dims is None:
         return megatron_forward(model, ids, device)

@@ -62,13 +62,14 @@ class SweepSettings:
 
 def _model(load: str, tp: int, device: torch.device) -> Any:
     from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.convert.llama import build_model
+    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.model.methods import recorded_method
     from megatron_scale.convert.megatron_io import MegatronReader
 
     reader = MegatronReader(load)
     if reader.scale_dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    model = build_model(reader.model_args(), reader.scale_dims, tp, 1).to(device)
+    model = build_model(reader.model_args(), recorded_method(reader.scale_dims, None), Parallel(tp=tp)).to(device)
     load_checkpoint(model, load)
     return model.eval()
 

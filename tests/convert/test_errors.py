@@ -14,7 +14,8 @@ from megatron_scale.convert import (
     convert_hf_to_megatron,
     convert_megatron_to_hf,
 )
-from megatron_scale.convert.model_args import LlamaArgs, read_hf_config
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.convert.hf_config import from_hf_config, read_hf_config, to_hf_config
 from tests.convert import _hf
 
 
@@ -81,11 +82,11 @@ def test_config_errors_name_the_key(hf_dir: Path, tmp_path: Path) -> None:
     cfg = json.loads((hf_dir / "config.json").read_text())
     rope = dict(cfg["rope_parameters"], low_freq_factor=2.0)
     with pytest.raises(ConversionError, match=r"rope_parameters.low_freq_factor=2.0 is not supported"):
-        LlamaArgs.from_hf_config({**cfg, "rope_parameters": rope})
+        from_hf_config({**cfg, "rope_parameters": rope})
     with pytest.raises(ConversionError, match=r"model_type 'mistral' is not supported"):
-        LlamaArgs.from_hf_config({**cfg, "model_type": "mistral"})
+        from_hf_config({**cfg, "model_type": "mistral"})
     with pytest.raises(ConversionError, match=r"missing key 'intermediate_size'"):
-        LlamaArgs.from_hf_config({k: v for k, v in cfg.items() if k != "intermediate_size"})
+        from_hf_config({k: v for k, v in cfg.items() if k != "intermediate_size"})
     with pytest.raises(ConversionError, match=r"no config.json"):
         read_hf_config(tmp_path)
 
@@ -94,11 +95,11 @@ def test_legacy_rope_keys_read_like_rope_parameters(hf_dir: Path) -> None:
     cfg = json.loads((hf_dir / "config.json").read_text())
     rope = dict(cfg.pop("rope_parameters"))
     legacy = {**cfg, "rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
-    assert LlamaArgs.from_hf_config(legacy) == read_hf_config(hf_dir)
+    assert from_hf_config(legacy) == read_hf_config(hf_dir)
     args = read_hf_config(hf_dir)
     assert args.rope_scaling and args.rotary_base == 500000.0 and args.rope_scaling_factor == 8.0
     # what we write back is what we read
-    assert LlamaArgs.from_hf_config(args.to_hf_config()) == args
+    assert from_hf_config(to_hf_config(args)) == args
 
 
 def test_export_refusals(tmp_path: Path) -> None:

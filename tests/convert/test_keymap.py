@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from megatron_scale.convert import keymap
-from megatron_scale.convert.model_args import LlamaArgs
+from megatron_scale.convert.hf_config import to_hf_config
+from megatron_scale.model.args import LlamaArgs
 from tests._dist import run_ranks
 
 LLAMA_31_8B = LlamaArgs(
@@ -36,7 +37,7 @@ def _meta(shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
 def _hf_model_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:
     from transformers import AutoConfig, LlamaForCausalLM
 
-    cfg = AutoConfig.for_model(**args.to_hf_config())
+    cfg = AutoConfig.for_model(**to_hf_config(args))
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
     sd = model.state_dict()
@@ -46,13 +47,14 @@ def _hf_model_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:
 
 
 def _megatron_model_shapes(rank: int, world: int, args: LlamaArgs) -> dict[str, tuple[int, ...]]:
-    from megatron_scale.convert.llama import build_llama_gpt
+    from megatron_scale.model.build import build_model
+    from megatron_scale.model.methods import Full
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.state import sharded_tensors
 
     init_distributed(1, 1, device="cpu")
     with torch.device("meta"):
-        model = build_llama_gpt(args, 1, 1)
+        model = build_model(args, Full())
     assert all(p.numel() < 10**6 or p.device.type == "meta" for p in model.parameters())
     return {st.key: tuple(st.global_shape) for _, st in sharded_tensors(model)}
 

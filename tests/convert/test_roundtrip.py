@@ -35,7 +35,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.convert.llama import build_llama_gpt, build_model
+    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.model.methods import Full, recorded_method
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head
@@ -52,12 +53,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             out = base / f"mg-{tied}-{tp}{pp}"
             convert_hf_to_megatron(base / f"hf-{tied}", out, tp=tp, pp=pp, progress=False)
             args = MegatronReader(out).model_args()
-            model = build_llama_gpt(args, tp, pp).to(_tiny.device()).eval()
+            model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
             load_checkpoint(model, out)
             res[f"{tied}/{tp}{pp}"] = megatron_logits(model, ids)
             if (tp, pp) == (1, 1):
                 res[f"{tied}/inv_freq"] = model.rotary_pos_emb.inv_freq.clone()
-                plain = build_llama_gpt(dataclasses.replace(args, rope_scaling=False), 1, 1).to(_tiny.device()).eval()
+                plain = build_model(dataclasses.replace(args, rope_scaling=False), Full()).to(_tiny.device()).eval()
                 load_checkpoint(plain, out)
                 res[f"{tied}/no_rope_scaling"] = megatron_logits(plain, ids)
             if (tp, pp) != UPSCALE_LAYOUT[tied]:
@@ -66,7 +67,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                scaled = build_model(args, MegatronReader(sc_dir).scale_dims, tp, pp).to(_tiny.device()).eval()
+                scaled = build_model(args, recorded_method(MegatronReader(sc_dir).scale_dims, None), Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
                 load_checkpoint(scaled, sc_dir)
                 with output_head(scaled, "preserve"):
                     z_p = megatron_logits(scaled, ids)

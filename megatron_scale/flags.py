@@ -1,0 +1,154 @@
+"""Command-line flags generated from typed configuration: a dataclass field that carries
+`flag(...)` metadata becomes one argparse flag, with the field's docstring as its help.
+
+    @dataclass(kw_only=True)
+    class OptimConfig:
+        lr: float = field(metadata=flag("--lr", required=True))
+        \"\"\"Peak learning rate.\"\"\"
+
+    add_flags(parser.add_argument_group("optimizer"), OptimConfig)   # --lr, help "Peak learning rate."
+    OptimConfig(**values(OptimConfig, namespace))                    # back from the parsed flags
+    to_argv(OptimConfig(lr=1e-3))                                    # ["--lr", "0.001"]
+
+The type annotation decides how a flag parses: int, float, str, bool (a switch), a tuple
+(several values). The component owns its defaults; `optional=True` makes every default None,
+for flags whose value may come from elsewhere (a checkpoint's record) when not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def flag(name: str, *, required: bool = False, choices: Sequence[str] | None = None, parse: Callable | None = None,
+         negate: str | None = None, metavar: str | None = None) -> dict[str, Any]:
+    """Field metadata: the flag's name (Megatron-LM's where it has one), and how it parses.
+    `negate`: a bool field defaulting True is switched off by this flag (--no-eval-at-start)."""
+    return {"flag": name, "required": required, "choices": choices, "parse": parse, "negate": negate,
+            "metavar": metavar}
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (attribute docstrings, as litgpt reads them)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+        except (OSError, TypeError):
+            continue
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def flag_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if "flag" in f.metadata]
+
+
+def flag_names(cls: type) -> dict[str, str]:
+    """Field name -> its flag."""
+    return {f.name: f.metadata["flag"] for f in flag_fields(cls)}
+
+
+def dest(f: dataclasses.Field) -> str:
+    """The parsed namespace's attribute of a field's flag (unique across components, unlike field names)."""
+    return f.metadata["flag"].lstrip("-").replace("-", "_")
+
+
+def _kind(cls: type, f: dataclasses.Field) -> Any:
+    """The field's type with None taken out of an Optional."""
+    hint = typing.get_type_hints(cls)[f.name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else hint
+    return hint
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = False) -> None:
+    """One flag per flag-carrying field of `cls`, with the field's docstring as help."""
+    docs = field_docs(cls)
+    for f in flag_fields(cls):
+        meta, kind, default = f.metadata, _kind(cls, f), None if optional else _default(f)
+        help_ = docs.get(f.name, "")
+        kw: dict[str, Any] = {"dest": dest(f), "help": help_ or None}
+        if kind is bool:
+            if meta["negate"]:
+                group.add_argument(meta["negate"], action="store_false", **kw)
+                continue
+            group.add_argument(meta["flag"], action="store_true", default=None if optional else default, **kw)
+            continue
+        origin = typing.get_origin(kind)
+        if origin in (tuple, list) and not meta["parse"]:
+            item = (typing.get_args(kind) or (str,))[0]
+            kw.update(nargs="+" if meta["required"] else "*", type=meta["parse"] or item)
+        else:
+            kw["type"] = meta["parse"] or kind
+        if meta["choices"]:
+            kw["choices"] = meta["choices"]
+        if meta["metavar"]:
+            kw["metavar"] = meta["metavar"]
+        if meta["required"] and not optional:
+            kw["required"] = True
+        else:
+            kw["default"] = default
+        group.add_argument(meta["flag"], **kw)
+
+
+def values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
+    """The parsed values of `cls`'s flags (sequences as tuples), keyed by field."""
+    out = {}
+    for f in flag_fields(cls):
+        v = getattr(ns, dest(f))
+        out[f.name] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def to_argv(obj: Any) -> list[str]:
+    """The flags that give `obj` (a flag-carrying dataclass) back: those differing from the
+    defaults (required ones always)."""
+    return argv_for(type(obj), {f.name: getattr(obj, f.name) for f in flag_fields(type(obj))}, skip_defaults=True)
+
+
+def argv_for(cls: type, given: dict[str, Any], *, skip_defaults: bool = False) -> list[str]:
+    """The flags of `cls` that give these field values (None: not given)."""
+    argv: list[str] = []
+    for f in flag_fields(cls):
+        v, meta = given.get(f.name), f.metadata
+        if v is None or (skip_defaults and not meta["required"] and f.default is not dataclasses.MISSING
+                         and v == f.default):
+            continue
+        if isinstance(v, bool):
+            if meta["negate"] and not v:
+                argv.append(meta["negate"])
+            elif not meta["negate"] and v:
+                argv.append(meta["flag"])
+        elif isinstance(v, tuple | list) and meta["parse"]:  # one argument the parser splits
+            argv += [meta["flag"], " ".join(str(x) for x in v)]
+        elif isinstance(v, tuple | list):
+            if v:
+                argv += [meta["flag"], *(str(x) for x in v)]
+        else:
+            argv += [meta["flag"], str(v)]
+    return argv
