@@ -108,13 +108,14 @@ STEP = """
 import json, os, sys
 from megatron_scale.device_audit import DeviceAuditError
 from megatron_scale.distributed import destroy_distributed
-from megatron_scale.training import arguments as A, data, loop
+from megatron_scale.training import data, loop
+from megatron_scale.training.config import parse
 
 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
-args = A.parse_args(json.loads(sys.argv[1]))
+config = parse(json.loads(sys.argv[1]))
 if sys.argv[2] == "undo-move":
     data.to_device = lambda batch, device: batch
-run = loop.setup(args)
+run = loop.setup(config)
 try:
     loop.train_step(run)
     loop.evaluate(run)

@@ -15,19 +15,22 @@ this process, at world size 1; checkpoints pass between stages as --load directo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import socket
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale.distributed import destroy_distributed
-from megatron_scale.training import arguments as A
+from megatron_scale.training.config import (
+    DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
+)
 from megatron_scale.training.checkpointing import iteration_dir
 from megatron_scale.training.loop import setup, train_step
 
@@ -64,7 +67,6 @@ class Settings:
     lora_rank: int = 8
     router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
     router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
-    extra_flags: tuple[str, ...] = field(default_factory=tuple)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -89,29 +91,40 @@ def _single_process_env() -> None:
                        "MASTER_PORT": str(_free_port())})
 
 
-def _model_flags(s: Settings) -> list[str]:
-    return [
-        "--num-layers", str(s.num_layers), "--hidden-size", str(s.hidden_size),
-        "--num-attention-heads", str(s.num_attention_heads), "--num-query-groups", str(s.num_query_groups),
-        "--ffn-hidden-size", str(s.ffn_hidden_size), "--seq-length", str(s.seq_length),
-        "--micro-batch-size", str(s.micro_batch_size), "--global-batch-size", str(s.global_batch_size),
-        "--device", s.device, "--seed", str(s.seed), "--split", "100,0,0", "--eval-iters", "1",
-        "--lr-warmup-iters", "0", "--weight-decay", "0.0", *s.extra_flags,
-    ]
+def base_config(s: Settings, tokenizer: str) -> TrainConfig:
+    """The configuration every stage shares: the model, batches, device, seed."""
+    arch = {"num_layers": s.num_layers, "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
+            "num_query_groups": s.num_query_groups, "ffn_hidden_size": s.ffn_hidden_size}
+    return TrainConfig(
+        model=ModelConfig(architecture=arch, tokenizer_type="HuggingFaceTokenizer", tokenizer_model=tokenizer),
+        parallel=ParallelConfig(device=s.device),
+        optim=OptimConfig(lr=0.0, lr_warmup_iters=0, weight_decay=0.0),
+        schedule=ScheduleConfig(micro_batch_size=s.micro_batch_size, global_batch_size=s.global_batch_size,
+                                seq_length=s.seq_length, train_iters=1, seed=s.seed),
+        data=DataConfig(split="100,0,0"),
+        logging=LoggingConfig(eval_iters=1, log_interval=10**9),
+    )
 
 
-def method_flags(s: Settings, method: str) -> list[str]:
-    flags = ["--method", method]
+def method_config(s: Settings, method: str) -> MethodConfig:
+    m = MethodConfig(method=method)
     if method == "freeze":
-        layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
-        flags += ["--freeze-layers", str(layers)]
-    if method.startswith("scale-") and s.router_tau is not None:
-        flags += ["--scale-router-tau", str(s.router_tau)]
-    if method.startswith("scale-") and s.router_statistic is not None:
-        flags += ["--scale-router-statistic", s.router_statistic]
+        m.freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
+    if method.startswith("scale-"):
+        m.scale = {"router_tau": s.router_tau, "router_statistic": s.router_statistic}
     if method == "lora":
-        flags += ["--lora-rank", str(s.lora_rank), "--lora-alpha", str(2.0 * s.lora_rank)]
-    return flags
+        m.lora_rank, m.lora_alpha = s.lora_rank, 2.0 * s.lora_rank
+    return m
+
+
+def stage_config(base: TrainConfig, method: MethodConfig, *, data: str, lr: float, load: str | None = None,
+                 decay: str | None = None) -> TrainConfig:
+    """One stage's configuration: `base` with its method, dataset, LR and starting checkpoint."""
+    return dataclasses.replace(
+        base, method=method, data=dataclasses.replace(base.data, data_path=(data,)),
+        optim=dataclasses.replace(base.optim, lr=lr, **({"lr_decay_style": decay} if decay else {})),
+        checkpoint=dataclasses.replace(base.checkpoint, load=load),
+    )
 
 
 Evals = dict[str, list[evaluate.Probe]]
@@ -120,16 +133,18 @@ ROUTE_KEYS = ("preserve_head_accuracy", "adapt_head_accuracy", "answer_preserve_
 
 
 def run_stage(
-    flags: Sequence[str], *, iters: int, evals: Evals, eval_interval: int, save: str | None,
+    config: TrainConfig, *, iters: int, evals: Evals, eval_interval: int, save: str | None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """One run of the training entry's recipe; first-token accuracy on `evals` at step 0, every
     `eval_interval` steps and at the end. Returns its curves, losses and wall time."""
-    args = A.parse_args([*flags, "--train-iters", str(iters), "--log-interval", str(10**9)]
-                        + (["--save", save] if save else []))
+    config = dataclasses.replace(
+        config, schedule=dataclasses.replace(config.schedule, train_iters=iters),
+        checkpoint=dataclasses.replace(config.checkpoint, save=save),
+    )
     _single_process_env()
     start = time.monotonic()
-    run = setup(args)
+    run = setup(config)
     curves: dict[str, list[dict[str, Any]]] = {name: [] for name in evals}
     steps: list[int] = []
     losses: list[float] = []
@@ -200,17 +215,18 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     progress(f"data: {len(people)} people, {len(bios)} biographies, {len(qa0)} task-0 and {len(qa1)} task-1 QA pairs, "
              f"vocab {tok.vocab_size}, {time.monotonic() - t0:.1f}s")
 
-    base = _model_flags(s) + ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", os.path.join(data, "tokenizer")]
+    base = base_config(s, os.path.join(data, "tokenizer"))
+    full = MethodConfig(method="full")
     ckpt = os.path.join(out_dir, "checkpoints")
     progress("pretrain: full, biographies of the pre-training group")
-    pretrain = run_stage(base + ["--method", "full", "--data-path", bio_prefix, "--lr", str(s.pretrain_lr)],
+    pretrain = run_stage(stage_config(base, full, data=bio_prefix, lr=s.pretrain_lr),
                          iters=s.pretrain_iters, evals={}, eval_interval=s.eval_interval,
                          save=os.path.join(ckpt, "pretrain"), progress=progress)
     progress(f"  {pretrain['seconds']:.1f}s, loss {pretrain['loss'][0]:.3f} -> {pretrain['loss'][-1]:.3f}")
     progress("task 0: full, QA of the task-0 group")
     task0_run = run_stage(
-        base + ["--method", "full", "--data-path", qa0_prefix, "--lr", str(s.task0_lr),
-                "--load", str(iteration_dir(os.path.join(ckpt, "pretrain"), s.pretrain_iters))],
+        stage_config(base, full, data=qa0_prefix, lr=s.task0_lr,
+                     load=str(iteration_dir(os.path.join(ckpt, "pretrain"), s.pretrain_iters))),
         iters=s.task0_iters, evals={"task0": probes0}, eval_interval=s.eval_interval,
         save=os.path.join(ckpt, "task0"), progress=progress)
     task0_ckpt = str(iteration_dir(os.path.join(ckpt, "task0"), s.task0_iters))
@@ -218,8 +234,8 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     for method in s.methods:
         progress(f"task 1: {method}")
         methods[method] = run_stage(
-            base + method_flags(s, method) + ["--data-path", qa1_prefix, "--lr", str(s.task1_lr), "--load", task0_ckpt,
-                                              "--lr-decay-style", "constant"],
+            stage_config(base, method_config(s, method), data=qa1_prefix, lr=s.task1_lr, load=task0_ckpt,
+                         decay="constant"),
             iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
             save=None, progress=progress)
         progress(f"  {methods[method]['seconds']:.1f}s")

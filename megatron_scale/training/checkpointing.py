@@ -115,7 +115,7 @@ def save_run(
     optimizer_meta: dict[str, str] | None = None, model_args: dict[str, Any] | None = None,
 ) -> Path:
     """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
-    architecture, training/model_args.py) goes into the common state for the export tool."""
+    architecture, training/plan.py) goes into the common state for the export tool."""
     def extra(model_sd: dict) -> dict:
         return {
             **({"model_args": model_args} if model_args is not None else {}),

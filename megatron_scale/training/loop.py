@@ -9,7 +9,6 @@ optimizer take only parameters that require grad.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import signal
@@ -22,16 +21,15 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.distributed import destroy_distributed, init_distributed
+from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.builder import output_layers, router_settings
-from megatron_scale.training import arguments as A
 from megatron_scale.training.checkpointing import load_run, optimizer_metadata, save_run
+from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
-from megatron_scale.training.model import adopt_router_default, build_model, load_initial_weights
-from megatron_scale.training.model_args import recorded_model_args, run_model_args
-from megatron_scale.training.preflight import FlagError, check_args
+from megatron_scale.training.model import load_initial_weights
+from megatron_scale.training.plan import FlagError, Plan, plan
 
 
 class StopTraining(RuntimeError):
@@ -40,7 +38,7 @@ class StopTraining(RuntimeError):
 
 @dataclass
 class Run:
-    args: argparse.Namespace
+    config: TrainConfig  # completed from --load (training/plan.py)
     model: Any
     ddp: Any
     optimizer: Any
@@ -50,17 +48,17 @@ class Run:
     num_microbatches: int
     dp_rank: int
     dp_size: int
-    model_args: dict[str, Any]
+    model_args: dict[str, Any]  # the architecture record the run's checkpoints carry
     device: torch.device  # the run's one device: batches and collective buffers go here
     iteration: int = 0
     consumed: int = 0
 
     @property
     def optimizer_meta(self) -> dict[str, str]:
-        return optimizer_metadata(self.args.use_distributed_optimizer)
+        return optimizer_metadata(self.config.parallel.use_distributed_optimizer)
 
     def save(self) -> None:
-        save_run(self.args.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
+        save_run(self.config.checkpoint.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
                  self.optimizer_meta, self.model_args)
 
 
@@ -97,75 +95,81 @@ def _mean_loss(outputs: list[dict], device: torch.device) -> torch.Tensor:
 
 
 def _schedule(run: Run, data: Any, forward_only: bool) -> list[dict]:
-    a = run.args
+    s = run.config.schedule
     return mc.get_forward_backward_func()(
         forward_step_func=_forward_step, data_iterator=data, model=[run.ddp],
-        num_microbatches=run.num_microbatches, seq_length=a.seq_length,
-        micro_batch_size=a.micro_batch_size, forward_only=forward_only,
+        num_microbatches=run.num_microbatches, seq_length=s.seq_length,
+        micro_batch_size=s.micro_batch_size, forward_only=forward_only,
     )
 
 
-def setup(args: argparse.Namespace) -> Run:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    check_args(args, world)
-    resume = latest_iteration_dir(args.load) if args.load else None
-    source = resume or args.load
-    model_args = run_model_args(args, recorded_model_args(source) if source else None,
-                                where=f"--load {source}", resuming=resume is not None)
-    if source:
-        adopt_router_default(args, source)
-    device = init_distributed(args.tensor_model_parallel_size, args.pipeline_model_parallel_size, seed=args.seed,
-                              device=args.device)
-    model = build_model(args).to(device)  # a no-op where megatron-core built it there already
-    if args.load and resume is None:
-        load_initial_weights(model, args.load)
+def _kernels(config: TrainConfig, device: torch.device) -> Kernels:
+    m = config.model
+    return Kernels(
+        transformer_impl=m.transformer_impl, fp8_format=m.fp8_format, fp8_recipe=m.fp8_recipe,
+        gradient_accumulation_fusion=m.gradient_accumulation_fusion, initialize=True,
+        init_method_std=m.init_method_std, cpu_initialization=device.type == "cpu",
+    )
+
+
+def setup(config: TrainConfig) -> Run:
+    p: Plan = plan(config, int(os.environ.get("WORLD_SIZE", "1")))
+    cfg, par, o, s = p.config, p.config.parallel, p.config.optim, p.config.schedule
+    device = init_distributed(par.tp, par.pp, seed=s.seed, device=par.device)
+    parallel = Parallel(tp=par.tp, pp=par.pp, sequence_parallel=par.sequence_parallel)
+    model = build_model(p.architecture, p.method, parallel, _kernels(cfg, device))
+    model = model.to(device)  # a no-op where megatron-core built it there already
+    if p.initial is not None:
+        load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers)
     ddp = mc.DistributedDataParallel(
         model.config,
-        mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=args.use_distributed_optimizer),
+        mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=par.use_distributed_optimizer),
         module=model,
     )
     optimizer = mc.get_megatron_optimizer(
         mc.OptimizerConfig(
-            optimizer="adam", lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay,
-            adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, clip_grad=args.clip_grad,
-            bf16=args.bf16, params_dtype=model.config.params_dtype,
-            use_distributed_optimizer=args.use_distributed_optimizer,
+            optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay,
+            adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2, clip_grad=o.clip_grad,
+            bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
+            use_distributed_optimizer=par.use_distributed_optimizer,
         ),
         [ddp],
     )
-    gb = args.global_batch_size
+    gb = s.global_batch_size
     # Stepped by the global batch each iteration, so its horizons count samples (as Megatron-LM).
     scheduler = mc.OptimizerParamScheduler(
-        optimizer, init_lr=0.0 if args.lr_warmup_iters else args.lr, max_lr=args.lr, min_lr=args.min_lr,
-        lr_warmup_steps=args.lr_warmup_iters * gb, lr_decay_steps=(args.lr_decay_iters or args.train_iters) * gb,
-        lr_decay_style=args.lr_decay_style, start_wd=args.weight_decay, end_wd=args.weight_decay,
-        wd_incr_steps=args.train_iters * gb, wd_incr_style="constant",
+        optimizer, init_lr=0.0 if o.lr_warmup_iters else o.lr, max_lr=o.lr, min_lr=o.min_lr,
+        lr_warmup_steps=o.lr_warmup_iters * gb, lr_decay_steps=(o.lr_decay_iters or s.train_iters) * gb,
+        lr_decay_style=o.lr_decay_style, start_wd=o.weight_decay, end_wd=o.weight_decay,
+        wd_incr_steps=s.train_iters * gb, wd_incr_style="constant",
     )
     model.config.finalize_model_grads_func = mc.finalize_model_grads
     ps = mc.parallel_state
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     data = build_datasets(
-        blend=A.data_blend(args.data_path), split=args.split, eval_sets=A.eval_sets(args.eval_data_path),
-        seq_length=args.seq_length, seed=args.seed, vocab_size=args.vocab_size,
-        train_samples=args.train_iters * gb, eval_samples=max(args.eval_iters, 1) * gb, cache=args.data_cache_path,
+        blend=cfg.data.blend(), split=cfg.data.split, eval_sets=cfg.data.evals(),
+        seq_length=s.seq_length, seed=s.seed, vocab_size=p.architecture.vocab_size,
+        train_samples=s.train_iters * gb, eval_samples=max(cfg.logging.eval_iters, 1) * gb,
+        cache=cfg.data.data_cache_path,
     )
     logs_here = (
         ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0 and dp_rank == 0
     )
-    metrics = args.metrics_file or (os.path.join(args.save, "metrics.jsonl") if args.save else None)
+    log, save = cfg.logging, cfg.checkpoint.save
+    metrics = log.metrics_file or (os.path.join(save, "metrics.jsonl") if save else None)
     run = Run(
-        args=args, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
-        log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=args.tensorboard_dir, train_iters=args.train_iters),
-        num_microbatches=gb // (args.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
-        model_args=model_args, device=device,
+        config=cfg, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
+        log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=log.tensorboard_dir, train_iters=s.train_iters),
+        num_microbatches=gb // (s.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
+        model_args=p.record, device=device,
     )
-    if resume is not None:
-        run.iteration, run.consumed = load_run(resume, model, optimizer, scheduler, run.optimizer_meta)
+    if p.resume is not None:
+        run.iteration, run.consumed = load_run(p.resume, model, optimizer, scheduler, run.optimizer_meta)
     return run
 
 
 def train_step(run: Run) -> dict[str, Any]:
-    a = run.args
+    a = run.config.schedule
     start = time.monotonic()
     run.ddp.zero_grad_buffer()
     run.optimizer.zero_grad()
@@ -196,16 +200,16 @@ def train_step(run: Run) -> dict[str, Any]:
 def evaluate(run: Run) -> dict[str, dict[str, float]]:
     """Mean loss and perplexity per named set; for Route models, the share routed to z_p (with
     --route-tau / --route-statistic in place of the model's router settings where given)."""
-    a = run.args
+    a, log = run.config.schedule, run.config.logging
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad(), router_settings(run.model, a.route_tau, a.route_statistic):
+    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()
             losses = []
-            for i in range(a.eval_iters):
+            for i in range(log.eval_iters):
                 data = microbatches(
                     ds, start_sample=i * a.global_batch_size, micro_batch_size=a.micro_batch_size,
                     num_microbatches=run.num_microbatches, dp_rank=run.dp_rank, dp_size=run.dp_size,
@@ -239,28 +243,29 @@ class _Signals:
         return bool(flag.item())
 
 
-def train(args: argparse.Namespace) -> Run:
-    run = setup(args)
+def train(config: TrainConfig) -> Run:
+    run = setup(config)
+    s, log, ck = run.config.schedule, run.config.logging, run.config.checkpoint
     signals = _Signals()
     first = run.iteration
     try:
-        if args.eval_interval and args.eval_at_start and run.iteration == 0 and run.data.evals:
+        if log.eval_interval and log.eval_at_start and run.iteration == 0 and run.data.evals:
             run.log.eval_line(0, evaluate(run))  # the model as loaded: the "before" numbers
-        while run.iteration < args.train_iters:
+        while run.iteration < s.train_iters:
             values = train_step(run)
-            if run.iteration % args.log_interval == 0:
+            if run.iteration % log.log_interval == 0:
                 run.log.train_line(run.iteration, {**values, "start_iteration": first})
-            if args.eval_interval and run.iteration % args.eval_interval == 0 and run.data.evals:
+            if log.eval_interval and run.iteration % log.eval_interval == 0 and run.data.evals:
                 run.log.eval_line(run.iteration, evaluate(run))
-            last = run.iteration == args.train_iters
+            last = run.iteration == s.train_iters
             stop = signals.any_rank(run.device)
-            leave = bool(args.exit_interval) and run.iteration % args.exit_interval == 0 and not last
-            if args.save and ((args.save_interval and run.iteration % args.save_interval == 0) or last
-                              or (stop and args.exit_signal_save) or leave):
+            leave = bool(s.exit_interval) and run.iteration % s.exit_interval == 0 and not last
+            if ck.save and ((ck.save_interval and run.iteration % ck.save_interval == 0) or last
+                            or (stop and ck.exit_signal_save) or leave):
                 run.save()
             if stop or leave:
                 if run.log.active:
-                    why = "on a signal" if stop else f"at --exit-interval {args.exit_interval}"
+                    why = "on a signal" if stop else f"at --exit-interval {s.exit_interval}"
                     print(f" stopping at iteration {run.iteration} {why}", flush=True)
                 break
     finally:
@@ -269,9 +274,9 @@ def train(args: argparse.Namespace) -> Run:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = A.parse_args(argv)
+    config = parse(argv)
     try:
-        train(args)
+        train(config)
     except FlagError as e:  # raised alike on every rank, before any process group: say it once
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"error: {e}", file=sys.stderr)

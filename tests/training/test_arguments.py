@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.training import arguments as A
+from megatron_scale.training.config import data_blend, eval_sets, parse
+from megatron_scale.training.plan import plan
 from tests.training._runs import MODEL, make_dataset
 
 
@@ -61,23 +62,23 @@ def _args(data: str, *extra: str) -> list[str]:
     ],
 )
 def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:
-    args = A.parse_args(_args(data, *extra))
+    config = parse(_args(data, *extra))
     with pytest.raises(ValueError, match=flag):
-        A.validate(args, world)
+        plan(config, world)
 
 
 def test_missing_data_prefix(tmp_path: Path) -> None:
-    args = A.parse_args([*MODEL, "--train-iters", "4", "--data-path", str(tmp_path / "nope")])
+    config = parse([*MODEL, "--train-iters", "4", "--data-path", str(tmp_path / "nope")])
     with pytest.raises(ValueError, match=r"--data-path: dataset .*nope has no .*nope\.bin"):
-        A.validate(args, 1)
+        plan(config, 1)
 
 
 def test_weighted_blend_parses_like_megatron() -> None:
-    assert A.data_blend(["0.7", "ko", "0.3", "en"]) == (["ko", "en"], [0.7, 0.3])
-    assert A.data_blend(["ko"]) == (["ko"], None)
+    assert data_blend(["0.7", "ko", "0.3", "en"]) == (["ko", "en"], [0.7, 0.3])
+    assert data_blend(["ko"]) == (["ko"], None)
     with pytest.raises(ValueError, match="--data-path"):
-        A.data_blend(["0.7", "ko", "0.3"])
-    assert A.eval_sets(["en=/a/en", "ko=/b/ko"]) == {"en": "/a/en", "ko": "/b/ko"}
+        data_blend(["0.7", "ko", "0.3"])
+    assert eval_sets(["en=/a/en", "ko=/b/ko"]) == {"en": "/a/en", "ko": "/b/ko"}
 
 
 def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> None:
@@ -87,13 +88,12 @@ def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> N
     n = len(json.loads(Path(tok, "tokenizer.json").read_text())["model"]["vocab"])
     assert 257 < n <= 300
     flags = ("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok)
-    args = A.parse_args(_args(data, *flags))  # MODEL's --vocab-size 96 < the tokenizer's
+    config = parse(_args(data, *flags))  # MODEL's --vocab-size 96 < the tokenizer's
     with pytest.raises(ValueError, match=rf"--tokenizer-model .*tok has {n} tokens but the model's --vocab-size is 96"):
-        A.validate(args, 1)
+        plan(config, 1)
     model = list(MODEL)
     del model[model.index("--vocab-size"):model.index("--vocab-size") + 2]
-    args = A.parse_args([*model, "--train-iters", "4", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
-    A.validate(args, 2)
-    assert args.vocab_size == 512  # padded to a multiple of 128 x TP, as Megatron-LM pads
+    config = parse([*model, "--train-iters", "4", "--data-path", data, *flags, "--tensor-model-parallel-size", "2"])
+    assert plan(config, 2).architecture.vocab_size == 512  # padded to a multiple of 128 x TP, as Megatron-LM pads
     with pytest.raises(ValueError, match="--tokenizer-type and --tokenizer-model go together"):
-        A.validate(A.parse_args(_args(data, "--tokenizer-model", tok)), 1)
+        plan(parse(_args(data, "--tokenizer-model", tok)), 1)

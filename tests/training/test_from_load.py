@@ -52,20 +52,19 @@ def test_trains_from_converted_and_upscaled_with_run_flags_only(ckpts: dict) -> 
 
 
 def _check(ckpt: str, data: str, *extra: str, world: int = 1) -> Any:
-    from megatron_scale.training import arguments as A
-    from megatron_scale.training.preflight import check_args
+    from megatron_scale.training.config import parse
+    from megatron_scale.training.plan import plan
 
-    args = A.parse_args([*RUN, "--train-iters", "4", "--data-path", data, "--load", ckpt, *extra])
-    check_args(args, world)
-    return args
+    return plan(parse([*RUN, "--train-iters", "4", "--data-path", data, "--load", ckpt, *extra]), world)
 
 
 def test_flags_come_from_the_record(ckpts: dict) -> None:
-    args = _check(ckpts["up"], ckpts["data"], "--method", "scale-preserve", "--tensor-model-parallel-size", "2", world=2)
-    assert (args.num_layers, args.hidden_size, args.num_attention_heads, args.num_query_groups) == (4, 64, 8, 4)
-    assert (args.rotary_base, args.use_rope_scaling, args.rope_scaling_factor) == (500000.0, True, 8.0)
-    assert args.max_position_embeddings == 131072 and args.vocab_size == _hf.VOCAB
-    assert {k: getattr(args, f"scale_{k}") for k in UPSCALED} == UPSCALED and args.scale_seed == 5
+    p = _check(ckpts["up"], ckpts["data"], "--method", "scale-preserve", "--tensor-model-parallel-size", "2", world=2)
+    a, scale = p.architecture, p.method
+    assert (a.num_layers, a.hidden_size, a.num_attention_heads, a.num_query_groups) == (4, 64, 8, 4)
+    assert (a.rotary_base, a.rope_scaling, a.rope_scaling_factor) == (500000.0, True, 8.0)
+    assert a.max_position_embeddings == 131072 and a.vocab_size == _hf.VOCAB
+    assert {k: getattr(scale, k) for k in UPSCALED} == UPSCALED and scale.seed == 5
 
 
 @pytest.mark.parametrize(
@@ -84,7 +83,7 @@ def test_flags_come_from_the_record(ckpts: dict) -> None:
     ],
 )
 def test_a_flag_that_disagrees_is_refused_by_name(ckpts: dict, which: str, extra: tuple, flag: str) -> None:
-    from megatron_scale.training.preflight import FlagError
+    from megatron_scale.training.plan import FlagError
 
     with pytest.raises(FlagError) as e:
         _check(ckpts[which], ckpts["data"], *extra)
@@ -92,12 +91,12 @@ def test_a_flag_that_disagrees_is_refused_by_name(ckpts: dict, which: str, extra
 
 
 def test_without_a_record_the_sizes_are_needed(ckpts: dict) -> None:
-    from megatron_scale.training import arguments as A
-    from megatron_scale.training.preflight import FlagError, check_args
+    from megatron_scale.training.config import parse
+    from megatron_scale.training.plan import FlagError, plan
 
-    args = A.parse_args([*RUN, "--train-iters", "4", "--data-path", ckpts["data"], "--vocab-size", "96"])
+    config = parse([*RUN, "--train-iters", "4", "--data-path", ckpts["data"], "--vocab-size", "96"])
     with pytest.raises(FlagError, match="--num-layers, --hidden-size, --num-attention-heads, --ffn-hidden-size needed"):
-        check_args(args, 1)
+        plan(config, 1)
 
 
 def test_the_entry_says_it_in_one_line(ckpts: dict) -> None:
@@ -114,7 +113,7 @@ def test_the_entry_says_it_in_one_line(ckpts: dict) -> None:
 
 
 def test_lr_warmup_not_below_iterations_refused_before_loading(ckpts: dict) -> None:
-    from megatron_scale.training.preflight import FlagError
+    from megatron_scale.training.plan import FlagError
 
     with pytest.raises(FlagError, match=r"--lr-warmup-iters 2 must be below --train-iters 2"):
         _check(ckpts["base"], ckpts["data"], "--train-iters", "2")

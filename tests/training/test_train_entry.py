@@ -144,27 +144,52 @@ def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(work: di
     assert losses(recs) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
 
 
-def _method_args(method: str, tp: int = 1, *extra: str) -> Any:
-    from megatron_scale.training import arguments as A
+class _Model:
+    """A model the training entry would build for these flags, and its loader (--load)."""
 
-    # --data-path is not read: these helpers only build models
-    args = A.parse_args([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
-                         "--tensor-model-parallel-size", str(tp), *extra])
-    A.apply_defaults(args)
-    return args
+    def __init__(self, method: str, tp: int = 1, *extra: str) -> None:
+        from megatron_scale.training.config import parse
+        from megatron_scale.training.plan import architecture, build_method
+
+        # --data-path is not read: these helpers only build models
+        cfg = parse([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
+                     "--tensor-model-parallel-size", str(tp), *extra])
+        cfg.method.lora_rank = cfg.method.lora_rank or 8
+        cfg.method.lora_alpha = cfg.method.lora_alpha or 16.0
+        self.arch, self.tp = architecture(cfg), tp
+        self.method = build_method(cfg, self.arch)
+
+    def build(self) -> Any:
+        from megatron_scale.model.build import Kernels, Parallel, build_model
+
+        self.model = build_model(self.arch, self.method, Parallel(tp=self.tp), Kernels(initialize=True))
+        return self.model
+
+    def load(self, ckpt: str) -> str:
+        from megatron_scale.training.model import load_initial_weights
+
+        return load_initial_weights(self.model, ckpt, self.method, self.arch.num_layers)
+
+
+def _built(method: str, tp: int = 1, *extra: str) -> Any:
+    return _Model(method, tp, *extra).build()
+
+
+def _loaded(ckpt: str, method: str, tp: int = 1, *extra: str) -> tuple[Any, str]:
+    m = _Model(method, tp, *extra)
+    m.build()
+    return m.model, m.load(ckpt)
 
 
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head
-    from megatron_scale.training.model import build_model, load_initial_weights
     from tests import _tiny
 
     init_distributed(2, 1, device="cpu")
-    base = build_model(_method_args("full", 2)).to(_tiny.device()).eval()
-    load_initial_weights(base, base_ckpt)
-    scale = build_model(_method_args("scale-preserve", 2)).to(_tiny.device()).eval()
+    base = _loaded(base_ckpt, "full", 2)[0].to(_tiny.device()).eval()
+    scale = _built("scale-preserve", 2).to(_tiny.device()).eval()
     load_checkpoint(scale, scale_ckpt)
     b = _tiny.batch(seed=5)
     with torch.no_grad():
@@ -196,7 +221,6 @@ def test_nan_loss_stops_naming_the_iteration(work: dict) -> None:
 def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.state import load_global_state_dict
-    from megatron_scale.training.model import build_model
     from megatron_scale.upscale.depth import expand_depth
     from tests import _tiny
 
@@ -204,16 +228,16 @@ def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for method, extra in (("full", ()), ("freeze", ("--freeze-layers", "3")), ("scale-preserve", ()),
                           ("scale-adapt", ()), ("scale-route", ()), ("llama-pro", ("--llama-pro-blocks", "2"))):
-        model = build_model(_method_args(method, 1, *extra))
+        model = _built(method, 1, *extra)
         out[method] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     for rank in (8, 2):  # 8: the default
-        model = build_model(_method_args("lora", 1, *(() if rank == 8 else ("--lora-rank", str(rank)))))
+        model = _built("lora", 1, *(() if rank == 8 else ("--lora-rank", str(rank))))
         out[f"lora-r{rank}"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     out["lora_trained_names"] = sorted({n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad})
     # LLaMA-Pro's expanded model computes the base function exactly.
     state = _tiny.base_state_dict(tied=True)
     base = _tiny.build_base(_tiny.base_config(1), True, state).eval()
-    pro = build_model(_method_args("llama-pro", 1, "--llama-pro-blocks", "2")).to(_tiny.device()).eval()
+    pro = _built("llama-pro", 1, "--llama-pro-blocks", "2").to(_tiny.device()).eval()
     load_global_state_dict(pro, expand_depth(state, _tiny.LAYERS, 2))
     b = _tiny.batch(seed=6)
     with torch.no_grad():
@@ -357,7 +381,6 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.lora import is_lora_key
     from megatron_scale.model.state import global_state_dict, sharded_tensors
-    from megatron_scale.training.model import build_model, load_initial_weights
     from tests import _tiny
 
     def logits(model: Any) -> torch.Tensor:  # the whole vocabulary at any TP
@@ -380,28 +403,27 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
             mc.parallel_state.destroy_model_parallel()
             mc.parallel_state.initialize_model_parallel(2)
             mc.model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True)
-        base = build_model(_method_args("full", tp)).to(_tiny.device()).eval()
-        load_initial_weights(base, base_ckpt)
-        fresh = build_model(_method_args("lora", tp)).to(_tiny.device()).eval()
-        r: dict[str, Any] = {"kind_base": load_initial_weights(fresh, base_ckpt)}
+        base = _loaded(base_ckpt, "full", tp)[0].to(_tiny.device()).eval()
+        fresh, kind = _loaded(base_ckpt, "lora", tp)
+        fresh = fresh.to(_tiny.device()).eval()
+        r: dict[str, Any] = {"kind_base": kind}
         r["bitwise"] = torch.equal(logits(fresh), logits(base))
         keys = {st.key for _, st in sharded_tensors(fresh)}
         r["base_keys_kept"] = {k for k in keys if not is_lora_key(k)} == {st.key for _, st in sharded_tensors(base)}
         r["lora_keys"] = sorted(k for k in keys if is_lora_key(k))
         r["fresh"] = {k: v for k, v in global_state_dict(fresh).items() if is_lora_key(k)}
-        trained = build_model(_method_args("lora", tp)).to(_tiny.device()).eval()
-        r["kind_lora"] = load_initial_weights(trained, lora_ckpt)  # saved at TP=2
+        trained, r["kind_lora"] = _loaded(lora_ckpt, "lora", tp)  # saved at TP=2
+        trained = trained.to(_tiny.device()).eval()
         r["trained"] = global_state_dict(trained)
         r["trained_logits"] = logits(trained)
         r["moved"] = float((r["trained_logits"] - logits(base)).abs().max())
         out[tp] = r
-    out["into_full"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2)), lora_ckpt))
-    out["alpha"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-alpha", "32")), lora_ckpt))
-    out["rank"] = refused(lambda: load_initial_weights(build_model(_method_args("lora", 2, "--lora-rank", "4")), lora_ckpt))
+    out["into_full"] = refused(lambda: _loaded(lora_ckpt, "full", 2))
+    out["alpha"] = refused(lambda: _loaded(lora_ckpt, "lora", 2, "--lora-alpha", "32"))
+    out["rank"] = refused(lambda: _loaded(lora_ckpt, "lora", 2, "--lora-rank", "4"))
     # a base checkpoint of another shape: one error naming --load and the offending key
-    out["other_shape"] = refused(lambda: load_initial_weights(build_model(_method_args("full", 2, "--ffn-hidden-size", "64")), base_ckpt))
-    dropped = build_model(_method_args("lora", 2, "--lora-dropout", "0.5")).to(_tiny.device())
-    load_initial_weights(dropped, lora_ckpt)
+    out["other_shape"] = refused(lambda: _loaded(base_ckpt, "full", 2, "--ffn-hidden-size", "64"))
+    dropped = _loaded(lora_ckpt, "lora", 2, "--lora-dropout", "0.5")[0].to(_tiny.device())
     out["dropout_eval_same"] = torch.equal(logits(dropped.eval()), out[2]["trained_logits"])
     out["dropout_train_differs"] = not torch.equal(logits(dropped.train()), out[2]["trained_logits"])
     return out
@@ -466,22 +488,20 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
     """--load records model arguments: they fill the flags left out, a flag describing another
     function is refused by name (before any model is built), and a resumed run's LR schedule
     cannot change (megatron-core's scheduler would only assert)."""
-    from megatron_scale.training import arguments as A
-    from megatron_scale.training.model_args import recorded_model_args, run_model_args
-    from megatron_scale.training.preflight import FlagError, check_args
+    from pathlib import Path
 
-    rec = recorded_model_args(work["base_ckpt"])
+    from megatron_scale.training.config import parse
+    from megatron_scale.training.plan import FlagError, common_state, plan
+
+    rec = common_state(Path(work["base_ckpt"]))["model_args"]
     assert rec is not None and rec["num_layers"] == 4 and rec["hidden_size"] == 64
 
     def checked(*extra: str, method: str = "scale-preserve", load: str = work["base_ckpt"]) -> Any:
-        args = A.parse_args([*RUN, "--train-iters", "10", "--data-path", work["en"], "--method", method,
-                             "--load", load, *extra])
-        check_args(args, 1)
-        return args
+        return plan(parse([*RUN, "--train-iters", "10", "--data-path", work["en"], "--method", method,
+                           "--load", load, *extra]), 1)
 
-    args = checked()
-    assert run_model_args(args, rec, "--load", resuming=False) == rec
-    assert run_model_args(checked("--llama-pro-blocks", "2", method="llama-pro"), rec, "--load", False)["num_layers"] == 6
+    assert checked().record == rec
+    assert checked("--llama-pro-blocks", "2", method="llama-pro").record["num_layers"] == 6
     for flags, named in ((("--rotary-base", "500000"), "--rotary-base"), (("--use-rope-scaling",), "--use-rope-scaling"),
                          (("--norm-epsilon", "1e-6"), "--norm-epsilon"), (("--num-query-groups", "4"), "--num-query-groups"),
                          (("--untie-embeddings-and-output-weights",), "--untie-embeddings-and-output-weights")):

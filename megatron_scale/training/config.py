@@ -1,0 +1,405 @@
+"""The training run's configuration: one typed component per part of the run, each owning its
+flags (Megatron-LM's names, from the field metadata), their help (the field docstrings) and its
+own checks, which name the flag.
+
+    TrainConfig
+      model       ModelConfig       the architecture flags (LlamaArgs', model/args.py) + how it is built
+      method      MethodConfig      --method and its settings (SCALE, LoRA, Freeze, LLaMA-Pro)
+      parallel    ParallelConfig    TP / PP / SP, the distributed optimizer, the device
+      optim       OptimConfig       Adam, the LR schedule, clipping
+      schedule    ScheduleConfig    iterations, batch sizes, sequence length, seed, stopping
+      data        DataConfig        datasets, split, eval sets
+      checkpoint  CheckpointConfig  --load / --save
+      logging     LoggingConfig     evaluation and logging
+
+`parse(argv)` builds one from the command line (the parser comes from the components);
+`to_argv(config)` gives the command line back, for launchers. Library callers build a
+TrainConfig directly. Values left None in `model` and `method` are filled from what --load
+records when the run is planned (training/plan.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from megatron_scale.config import ROUTER_STATISTICS, ScaleConfig, check_router
+from megatron_scale.flags import add_flags, argv_for, flag, values
+from megatron_scale.flags import to_argv as to_argv_of
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
+
+METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
+
+
+def _positive(*pairs: tuple[str, int | None]) -> None:
+    for name, value in pairs:
+        if value is not None and value < 1:
+            raise ValueError(f"{name} {value}: must be at least 1")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The model: its architecture (LlamaArgs' fields; None: --load's record, else the default)
+    and how it is built."""
+
+    architecture: dict[str, Any] = field(default_factory=dict)
+    """LlamaArgs field -> the value its flag gave (model/args.py FLAGS)."""
+    make_vocab_size_divisible_by: int = field(default=128, metadata=flag("--make-vocab-size-divisible-by"))
+    """Pad the tokenizer's vocabulary to a multiple of this x TP (when --vocab-size is not given)."""
+    tokenizer_type: str | None = field(default=None, metadata=flag(
+        "--tokenizer-type", choices=("HuggingFaceTokenizer", "SentencePieceTokenizer")))
+    """The tokenizer's kind (with --tokenizer-model)."""
+    tokenizer_model: str | None = field(default=None, metadata=flag("--tokenizer-model"))
+    """tokenizer.json, a folder holding one, or a .model."""
+    init_method_std: float = field(default=0.02, metadata=flag("--init-method-std"))
+    """Std of the random init of weights no checkpoint supplies."""
+    bf16: bool = field(default=False, metadata=flag("--bf16"))
+    """bfloat16 weights and compute (fp32 gradient reduction and master weights)."""
+    transformer_impl: str = field(default="local", metadata=flag(
+        "--transformer-impl", choices=("local", "transformer_engine")))
+    """local: the fused SCALE linears (any device); transformer_engine: TE GEMMs and attention (CUDA,
+    Transformer Engine installed; needed for FP8)."""
+    fp8_format: str | None = field(default=None, metadata=flag("--fp8-format", choices=FP8_FORMATS))
+    """FP8 GEMMs through Transformer Engine (with --bf16 and --transformer-impl transformer_engine)."""
+    fp8_recipe: str | None = field(default=None, metadata=flag("--fp8-recipe", choices=FP8_RECIPES))
+    """With --fp8-format; default delayed."""
+    gradient_accumulation_fusion: bool = field(default=False, metadata=flag("--gradient-accumulation-fusion"))
+    """TE accumulates weight gradients straight into the fp32 main_grad buffers (--transformer-impl
+    transformer_engine)."""
+
+    def arch(self, name: str) -> Any:
+        return self.architecture.get(name)
+
+
+@dataclass(kw_only=True)
+class MethodConfig:
+    """--method and the settings of each method (None: --load's record, else the default)."""
+
+    method: str = field(default="scale-preserve", metadata=flag("--method", choices=METHODS))
+    """What trains: a SCALE variant (the base frozen), or a baseline."""
+    freeze_layers: int = field(default=3, metadata=flag("--freeze-layers"))
+    """freeze: the bottom layers frozen (+ the input embedding)."""
+    llama_pro_blocks: int | None = field(default=None, metadata=flag("--llama-pro-blocks"))
+    """llama-pro: blocks inserted (default num-layers/4); --num-layers stays the base's."""
+    lora_rank: int | None = field(default=None, metadata=flag("--lora-rank"))
+    """lora: rank r of every adapter (default 8)."""
+    lora_alpha: float | None = field(default=None, metadata=flag("--lora-alpha"))
+    """lora: the update is scaled by alpha / r (default 16)."""
+    lora_dropout: float = field(default=0.0, metadata=flag("--lora-dropout"))
+    """lora: dropout on the adapters' input."""
+    scale: dict[str, Any] = field(default_factory=dict)
+    """ScaleConfig field -> the value its --scale-* flag gave."""
+
+    @property
+    def is_scale(self) -> bool:
+        return self.method.startswith("scale-")
+
+    @property
+    def variant(self) -> str:
+        return self.method.removeprefix("scale-")
+
+    def scale_config(self) -> ScaleConfig:
+        return ScaleConfig(variant=self.variant, **{k: v for k, v in self.scale.items() if v is not None})
+
+    def pro_blocks(self, base_layers: int) -> int:
+        return self.llama_pro_blocks if self.llama_pro_blocks is not None else max(1, base_layers // 4)
+
+
+@dataclass(kw_only=True)
+class ParallelConfig:
+    """The layout: tensor, pipeline and data parallelism."""
+
+    tensor_model_parallel_size: int = field(default=1, metadata=flag("--tensor-model-parallel-size"))
+    """Tensor-parallel size."""
+    pipeline_model_parallel_size: int = field(default=1, metadata=flag("--pipeline-model-parallel-size"))
+    """Pipeline-parallel size."""
+    sequence_parallel: bool = field(default=False, metadata=flag("--sequence-parallel"))
+    """Megatron sequence parallelism (with TP > 1)."""
+    use_distributed_optimizer: bool = field(default=False, metadata=flag("--use-distributed-optimizer"))
+    """Shard the optimizer state over data-parallel ranks (ZeRO-1)."""
+    device: str = field(default="auto", metadata=flag("--device", choices=("auto", "cpu", "cuda")))
+    """Where the run computes: cuda (one GPU per rank), cpu, or cuda when there is one."""
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_model_parallel_size
+
+    def data_parallel_size(self, world_size: int) -> int:
+        tp, pp = self.tp, self.pp
+        _positive(("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp))
+        if world_size % (tp * pp):
+            raise ValueError(f"world size {world_size} is not divisible by --tensor-model-parallel-size {tp} x "
+                             f"--pipeline-model-parallel-size {pp}")
+        if self.sequence_parallel and tp == 1:
+            raise ValueError("--sequence-parallel needs --tensor-model-parallel-size > 1")
+        return world_size // (tp * pp)
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    """Adam, its learning-rate schedule (megatron-core's OptimizerParamScheduler) and clipping."""
+
+    lr: float = field(default=0.0, metadata=flag("--lr", required=True))
+    """Peak learning rate."""
+    min_lr: float = field(default=0.0, metadata=flag("--min-lr"))
+    """The LR the decay ends at."""
+    lr_decay_style: str = field(default="cosine", metadata=flag("--lr-decay-style", choices=("constant", "linear", "cosine")))
+    """How the LR decays after warm-up."""
+    lr_warmup_iters: int = field(default=0, metadata=flag("--lr-warmup-iters"))
+    """Iterations of linear warm-up from 0."""
+    lr_decay_iters: int | None = field(default=None, metadata=flag("--lr-decay-iters"))
+    """The decay's horizon (default: --train-iters)."""
+    weight_decay: float = field(default=0.0, metadata=flag("--weight-decay"))
+    """AdamW weight decay."""
+    clip_grad: float = field(default=1.0, metadata=flag("--clip-grad"))
+    """Gradient-norm clipping."""
+    adam_beta1: float = field(default=0.9, metadata=flag("--adam-beta1"))
+    """Adam beta1."""
+    adam_beta2: float = field(default=0.95, metadata=flag("--adam-beta2"))
+    """Adam beta2."""
+
+    def validate(self, train_iters: int) -> None:
+        """What megatron-core's scheduler only asserts on: warm-up below the decay horizon, min LR <= LR."""
+        _positive(("--lr-decay-iters", self.lr_decay_iters))
+        if self.lr < 0 or self.min_lr < 0:
+            raise ValueError(f"--lr {self.lr} / --min-lr {self.min_lr}: learning rates must be >= 0")
+        if self.min_lr > self.lr:
+            raise ValueError(f"--min-lr {self.min_lr} is above --lr {self.lr}")
+        if self.lr_warmup_iters < 0:
+            raise ValueError(f"--lr-warmup-iters {self.lr_warmup_iters}: must be >= 0")
+        horizon = ("--lr-decay-iters", self.lr_decay_iters) if self.lr_decay_iters else ("--train-iters", train_iters)
+        if self.lr_warmup_iters >= horizon[1]:
+            raise ValueError(f"--lr-warmup-iters {self.lr_warmup_iters} must be below {horizon[0]} {horizon[1]} "
+                             "(warm-up ends before the LR decays)")
+        if self.weight_decay < 0 or self.clip_grad < 0:
+            raise ValueError(f"--weight-decay {self.weight_decay} / --clip-grad {self.clip_grad}: must be >= 0")
+        for name, beta in (("--adam-beta1", self.adam_beta1), ("--adam-beta2", self.adam_beta2)):
+            if not 0 <= beta < 1:
+                raise ValueError(f"{name} {beta}: must lie in [0, 1)")
+
+
+@dataclass(kw_only=True)
+class ScheduleConfig:
+    """How long the run trains, on what batches, and when it stops."""
+
+    micro_batch_size: int = field(default=0, metadata=flag("--micro-batch-size", required=True))
+    """Sequences per microbatch per data-parallel rank."""
+    global_batch_size: int = field(default=0, metadata=flag("--global-batch-size", required=True))
+    """Sequences per optimizer step, over all data-parallel ranks."""
+    seq_length: int = field(default=0, metadata=flag("--seq-length", required=True))
+    """Tokens per sequence."""
+    train_iters: int = field(default=0, metadata=flag("--train-iters", required=True))
+    """Optimizer steps of the whole run (also the LR schedule's length)."""
+    seed: int = field(default=1234, metadata=flag("--seed"))
+    """Seed of the init, the data order and dropout."""
+    skip_nan: bool = field(default=False, metadata=flag("--skip-nan"))
+    """Skip a step whose loss is NaN/inf instead of stopping."""
+    exit_interval: int | None = field(default=None, metadata=flag("--exit-interval"))
+    """Stop (saving first, with --save) once the iteration is a multiple of this; --train-iters keeps
+    fixing the LR schedule, so a later run resumes the same schedule."""
+
+    def validate(self, dp: int) -> None:
+        _positive(("--train-iters", self.train_iters), ("--micro-batch-size", self.micro_batch_size),
+                  ("--global-batch-size", self.global_batch_size), ("--seq-length", self.seq_length),
+                  ("--exit-interval", self.exit_interval))
+        if self.global_batch_size % (self.micro_batch_size * dp):
+            raise ValueError(f"--global-batch-size {self.global_batch_size} is not divisible by --micro-batch-size "
+                             f"{self.micro_batch_size} x data-parallel size {dp}")
+
+
+def data_blend(paths: Sequence[str]) -> tuple[list[str], list[float] | None]:
+    """'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights), as Megatron-LM parses --data-path."""
+    if len(paths) == 1:
+        return [paths[0]], None
+    if len(paths) % 2:
+        raise ValueError(f"--data-path: expected 'WEIGHT PREFIX' pairs, got {list(paths)}")
+    try:
+        weights = [float(w) for w in paths[0::2]]
+    except ValueError as e:
+        raise ValueError(f"--data-path: weights must be numbers: {list(paths)}") from e
+    return list(paths[1::2]), weights
+
+
+def eval_sets(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, prefix = item.partition("=")
+        if not sep or not name or not prefix:
+            raise ValueError(f"--eval-data-path: expected NAME=PREFIX, got {item!r}")
+        out[name] = prefix
+    return out
+
+
+def _check_prefix(flag_name: str, prefix: str) -> None:
+    missing = [s for s in (".bin", ".idx") if not os.path.exists(prefix + s)]
+    if missing:
+        raise ValueError(f"{flag_name}: dataset {prefix} has no {' / '.join(prefix + s for s in missing)}")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Megatron-format datasets (.bin/.idx prefixes) and how they are split and evaluated."""
+
+    data_path: tuple[str, ...] = field(default=(), metadata=flag("--data-path", required=True))
+    """PREFIX or 'W1 PREFIX1 W2 PREFIX2 ...'."""
+    split: str = field(default="98,2,0", metadata=flag("--split"))
+    """Train, validation, test weights."""
+    eval_data_path: tuple[str, ...] = field(default=(), metadata=flag("--eval-data-path"))
+    """NAME=PREFIX ... evaluated separately."""
+    data_cache_path: str | None = field(default=None, metadata=flag("--data-cache-path"))
+    """Where megatron-core caches the dataset indices."""
+
+    def blend(self) -> tuple[list[str], list[float] | None]:
+        return data_blend(self.data_path)
+
+    def evals(self) -> dict[str, str]:
+        return eval_sets(self.eval_data_path)
+
+    def validate(self) -> None:
+        parts = self.split.replace("/", ",").split(",")
+        try:
+            weights = [float(x) for x in parts]
+        except ValueError:
+            weights = []
+        if not 1 <= len(weights) <= 3 or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(f"--split {self.split!r}: expected up to three non-negative weights, e.g. 98,2,0")
+        for prefix in self.blend()[0]:
+            _check_prefix("--data-path", prefix)
+        for name, prefix in self.evals().items():
+            _check_prefix(f"--eval-data-path {name}", prefix)
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """Where the run starts from and saves to."""
+
+    load: str | None = field(default=None, metadata=flag("--load"))
+    """SCALE checkpoint dir, or a base checkpoint (+ --scale-*), or a run directory to resume."""
+    save: str | None = field(default=None, metadata=flag("--save"))
+    """The run directory checkpoints go to."""
+    save_interval: int | None = field(default=None, metadata=flag("--save-interval"))
+    """Save every N iterations (and at the end)."""
+    exit_signal_save: bool = field(default=False, metadata=flag("--exit-signal-save"))
+    """On SIGTERM/SIGINT save before exiting."""
+
+    def validate(self, exit_interval: int | None) -> None:
+        _positive(("--save-interval", self.save_interval))
+        if self.load is not None and not os.path.isdir(self.load):
+            raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
+        for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
+            if given and self.save is None:
+                raise ValueError(f"{name} needs --save")
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    """Evaluation and logging."""
+
+    eval_interval: int | None = field(default=None, metadata=flag("--eval-interval"))
+    """Evaluate every N iterations, and before the first (the 'before' numbers) unless
+    --no-eval-at-start or resuming."""
+    eval_at_start: bool = field(default=True, metadata=flag("--eval-at-start", negate="--no-eval-at-start"))
+    """With --eval-interval: no evaluation at iteration 0."""
+    eval_iters: int = field(default=2, metadata=flag("--eval-iters"))
+    """Global batches per evaluation of each set."""
+    route_tau: float | None = field(default=None, metadata=flag("--route-tau"))
+    """scale-route: evaluate with this tau instead of the model's (checkpoints keep theirs)."""
+    route_statistic: str | None = field(default=None, metadata=flag("--route-statistic", choices=ROUTER_STATISTICS))
+    """scale-route: evaluate with this router statistic instead of the model's."""
+    log_interval: int = field(default=1, metadata=flag("--log-interval"))
+    """Log a training line every N iterations."""
+    metrics_file: str | None = field(default=None, metadata=flag("--metrics-file"))
+    """JSONL metrics (default: <save>/metrics.jsonl)."""
+    tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
+    """TensorBoard event files go here."""
+
+    def validate(self, method: str) -> None:
+        _positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
+                  ("--eval-interval", self.eval_interval))
+        if (self.route_tau is not None or self.route_statistic is not None) and method != "scale-route":
+            name = "--route-tau" if self.route_tau is not None else "--route-statistic"
+            raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
+        if self.route_tau is not None:
+            check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Everything one training run is given."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def validate_te(self) -> None:
+        """The Transformer Engine and FP8 flags (model/te.py's check), and what training adds."""
+        m = self.model
+        te = m.transformer_impl == "transformer_engine"
+        if m.gradient_accumulation_fusion and not te:
+            raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
+        if te and self.method.method == "lora":
+            raise ValueError("--method lora: not with --transformer-impl transformer_engine "
+                             "(the adapters wrap megatron-core's local linears)")
+        check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)
+
+
+# component name -> (its class, its help-group title)
+COMPONENTS = {
+    "model": (ModelConfig, "model (Megatron-LM names; taken from --load when it records them)"),
+    "method": (MethodConfig, "method"),
+    "parallel": (ParallelConfig, "parallelism"),
+    "optim": (OptimConfig, "optimizer and LR schedule"),
+    "schedule": (ScheduleConfig, "training"),
+    "data": (DataConfig, "data"),
+    "checkpoint": (CheckpointConfig, "checkpointing"),
+    "logging": (LoggingConfig, "evaluation and logging"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="megatron-scale-train",
+                                description="Continual pre-training with SCALE (or a baseline) on Megatron-Core.")
+    for name, (cls, title) in COMPONENTS.items():
+        g = p.add_argument_group(title)
+        if name == "model":
+            add_flags(g, LlamaArgs, optional=True)
+        add_flags(g, cls)
+        if name == "method":
+            add_flags(p.add_argument_group("SCALE (--scale-*; taken from --load when it is a SCALE checkpoint)"),
+                      ScaleConfig, optional=True)
+    return p
+
+
+def parse(argv: Sequence[str] | None = None) -> TrainConfig:
+    """The configuration the command line gives."""
+    ns = build_parser().parse_args(argv)
+    parts = {name: cls(**values(cls, ns)) for name, (cls, _) in COMPONENTS.items()}
+    parts["model"].architecture = values(LlamaArgs, ns)
+    parts["method"].scale = values(ScaleConfig, ns)
+    return TrainConfig(**parts)
+
+
+def to_argv(config: TrainConfig) -> list[str]:
+    """The command line that parses back to `config`."""
+    argv: list[str] = []
+    for name in COMPONENTS:
+        part = getattr(config, name)
+        if name == "model":
+            argv += argv_for(LlamaArgs, part.architecture)
+        argv += to_argv_of(part)
+        if name == "method":
+            argv += argv_for(ScaleConfig, part.scale)
+    return argv

@@ -1,0 +1,302 @@
+"""From a TrainConfig to a run that can start: every check before any process group or model
+exists, each failure one FlagError naming the flag (or --load's record), which the entry prints
+as one line.
+
+    plan(config, world_size) -> Plan(config completed, architecture, method, resume / initial
+                                      checkpoint, the model_args record the run's checkpoints carry)
+
+What --load records supplies the model: conversion, upscaling and training record the
+architecture (`model_args`, LlamaArgs), the SCALE geometry (`scale.dims`) and LoRA's rank and alpha
+(`scale.lora`) in a checkpoint's common state. A flag the user left out is taken from the record;
+a given flag that describes another model is refused by name. Flags describing the new run
+(method, LR, data, batch, layout) stay the user's. Without a record the flags' own defaults apply
+and the four sizes must be given. A run being resumed also keeps its LR schedule, which
+megatron-core's scheduler only asserts on: a flag that changes it is refused here, by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import latest_iteration_dir
+from megatron_scale.config import ScaleConfig
+from megatron_scale.flags import flag_names
+from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
+from megatron_scale.model.build import model_layers
+from megatron_scale.model.lora import LoraSettings
+from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
+from megatron_scale.training.config import TrainConfig
+
+# LlamaArgs fields taken from the record but never compared: a run may extend its context.
+CARRIED_ONLY = ("max_position_embeddings",)
+SCALE_FLAGS = flag_names(ScaleConfig)
+# ScaleDims record field -> the flag that sets it
+DIMS_FLAGS = {
+    "num_layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
+    "groups": "--num-query-groups", "head_dim": "--kv-channels", "ffn": "--ffn-hidden-size",
+    "variant": "--method", **SCALE_FLAGS,
+}
+LORA_DEFAULTS = {"lora_rank": 8, "lora_alpha": 16.0}
+
+
+class FlagError(ValueError):
+    """A flag (or the checkpoint --load names) cannot make a run; the message names it."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked run: its completed configuration and what it builds and loads."""
+
+    config: TrainConfig
+    """The configuration with what --load records filled in."""
+    architecture: LlamaArgs
+    """The base architecture (LLaMA-Pro: the base's layer count; the model grows by its blocks)."""
+    method: Method
+    """What the model is built as and what trains."""
+    resume: Path | None
+    """The run checkpoint to resume (its model, optimizer, schedule and RNG), if any."""
+    initial: Path | None
+    """The checkpoint the first weights come from when not resuming, if any."""
+    record: dict[str, Any]
+    """The model_args the run's checkpoints record (the model's own layer count)."""
+    data_parallel_size: int
+
+
+def load_source(load: str | None) -> tuple[Path | None, bool]:
+    """The checkpoint --load names (a run directory's newest one) and whether it is resumed."""
+    if load is None:
+        return None, False
+    if not os.path.isdir(load):
+        raise ValueError(f"--load: checkpoint directory {load} does not exist")
+    resume = latest_iteration_dir(load)
+    return (resume, True) if resume is not None else (Path(load), False)
+
+
+def common_state(directory: Path) -> dict[str, Any]:
+    """The checkpoint's common state ({} for a directory that is no torch_dist checkpoint:
+    loading it later fails with its own message)."""
+    if not (directory / ".metadata").is_file() or (directory / "common.pt").exists():
+        return {}
+    return mc.dist_checkpointing.load_common_state_dict(str(directory))
+
+
+def _base_layers(recorded: int, blocks: int | None) -> int:
+    """--num-layers (the base's) of a resumed LLaMA-Pro run whose record counts the grown model."""
+    if blocks is not None:
+        return recorded - blocks
+    for layers in range(1, recorded):  # layers + max(1, layers // 4) grows strictly with layers
+        if layers + max(1, layers // 4) == recorded:
+            return layers
+    raise ValueError(f"--load: {recorded} layers is no LLaMA-Pro growth of a base; give --num-layers and --llama-pro-blocks")
+
+
+def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, resuming: bool) -> None:
+    """Fill the architecture flags left out from `record`; refuse one that differs."""
+    theirs = LlamaArgs.from_json(record, where=f"{where}: model_args")
+    arch, method = cfg.model.architecture, cfg.method
+    grown = method.method == "llama-pro" and resuming
+    if arch.get("num_layers") is None and grown:
+        arch["num_layers"] = _base_layers(theirs.num_layers, method.llama_pro_blocks)
+    for name, flag in FLAGS.items():
+        value = getattr(theirs, name)
+        if arch.get(name) is None:
+            arch[name] = value
+            continue
+        if name in CARRIED_ONLY or (name == "rope_scaling_factor" and not theirs.rope_scaling):
+            continue
+        mine = arch[name]
+        if name == "num_layers" and grown:
+            mine += method.pro_blocks(arch["num_layers"])
+        if mine != value:
+            raise ValueError(f"{where}: the checkpoint's model has {name}={value!r} but {flag} gives {mine!r}; "
+                             f"leave {flag} out to take the checkpoint's")
+
+
+def inherit_lora(cfg: TrainConfig, lora: dict[str, Any] | None, where: str, resuming: bool) -> None:
+    """A LoRA checkpoint supplies --lora-rank and --lora-alpha; a given one that differs is refused."""
+    m = cfg.method
+    if lora is not None and m.method != "lora":
+        raise ValueError(f"{where}: holds LoRA adapters; load it with --method lora "
+                         "(merging them into the base weights is not supported)")
+    if lora is not None:
+        for key in ("rank", "alpha"):
+            attr, flag = f"lora_{key}", f"--lora-{key}"
+            if getattr(m, attr) is None:
+                setattr(m, attr, lora[key])
+            elif float(getattr(m, attr)) != float(lora[key]):
+                raise ValueError(f"{where}: the checkpoint's LoRA adapters have {key} {lora[key]!r} but {flag} gives "
+                                 f"{getattr(m, attr)!r}; leave {flag} out to take the checkpoint's")
+    elif resuming and m.method == "lora":
+        raise ValueError(f"{where}: a run of a model without LoRA adapters; --method lora cannot resume it")
+
+
+def inherit_scale(cfg: TrainConfig, arch: LlamaArgs, dims: dict[str, Any] | None, where: str, resuming: bool) -> None:
+    """A SCALE checkpoint supplies the --scale-* settings (its router's default included) and the
+    variant; a plain one is a base to upscale on load, unless it is a run being resumed."""
+    m = cfg.method
+    if dims is None:
+        if m.is_scale and resuming:
+            raise ValueError(f"{where}: a run of a plain model; --method {m.method} cannot resume it")
+        return
+    if not m.is_scale:
+        raise ValueError(f"{where}: holds a SCALE-{dims['variant']} model; train it with --method scale-{dims['variant']}, "
+                         f"not --method {m.method}")
+    for name, value in vars(ScaleConfig.from_record(dims)).items():
+        if name in SCALE_FLAGS and m.scale.get(name) is None:
+            m.scale[name] = value
+    tp = cfg.parallel.tp
+    mine = m.scale_config().resolve(arch.transformer_config(tp), tp).to_record()
+    for name, value in dims.items():
+        if mine.get(name) != value:
+            flag = DIMS_FLAGS.get(name, name)
+            shown = m.method if flag == "--method" else mine.get(name)
+            raise ValueError(f"{where}: the checkpoint's SCALE model has {name}={value!r} but {flag} gives {shown!r}"
+                             + ("" if flag == "--method" else f"; leave {flag} out to take the checkpoint's"))
+
+
+def check_resumed_schedule(cfg: TrainConfig, train_state: dict[str, Any], where: str) -> None:
+    """megatron-core's scheduler asserts that a resumed run keeps its LR schedule: name the flag."""
+    o, s = cfg.optim, cfg.schedule
+    sched = train_state.get("scheduler") or {}
+    iteration, consumed = int(train_state.get("iteration", 0)), int(train_state.get("consumed_samples", 0))
+    gb = s.global_batch_size
+    if iteration and consumed != iteration * gb:
+        raise ValueError(f"{where}: the run being resumed used --global-batch-size {consumed // iteration}, not {gb}")
+    decay = o.lr_decay_iters or s.train_iters
+    mine = {
+        "max_lr": ("--lr", o.lr, o.lr), "min_lr": ("--min-lr", o.min_lr, o.min_lr),
+        "lr_warmup_steps": ("--lr-warmup-iters", o.lr_warmup_iters * gb, o.lr_warmup_iters),
+        "lr_decay_steps": ("--lr-decay-iters" if o.lr_decay_iters else "--train-iters", decay * gb, decay),
+        "lr_decay_style": ("--lr-decay-style", o.lr_decay_style, o.lr_decay_style),
+        "start_wd": ("--weight-decay", o.weight_decay, o.weight_decay),
+        "wd_incr_steps": ("--train-iters", s.train_iters * gb, s.train_iters),
+    }
+    for key, (flag, value, shown) in mine.items():
+        if key in sched and sched[key] != value:
+            was = sched[key] // gb if key.endswith("_steps") else sched[key]
+            raise ValueError(f"{where}: the run being resumed has {flag} {was}, not {shown} "
+                             "(megatron-core's LR schedule cannot change on resume)")
+
+
+def resolve_vocab(cfg: TrainConfig) -> None:
+    """--vocab-size from the tokenizer when not given (padded as Megatron-LM pads it); a tokenizer
+    with more tokens than the model has rows is refused."""
+    m, arch = cfg.model, cfg.model.architecture
+    if (m.tokenizer_type is None) != (m.tokenizer_model is None):
+        raise ValueError("--tokenizer-type and --tokenizer-model go together")
+    if m.tokenizer_model is None:
+        return
+    from megatron_scale.data.tokenizer import TokenizerSpec
+
+    n = TokenizerSpec(m.tokenizer_type, m.tokenizer_model).load().vocab_size
+    if arch.get("vocab_size") is None:
+        multiple = m.make_vocab_size_divisible_by * cfg.parallel.tp
+        arch["vocab_size"] = -(-n // multiple) * multiple
+    elif n > arch["vocab_size"]:
+        raise ValueError(f"--tokenizer-model {m.tokenizer_model} has {n} tokens but the model's --vocab-size is "
+                         f"{arch['vocab_size']}: token ids would index past the embedding")
+
+
+def check_shape(arch: dict[str, Any], seq_length: int, tp: int) -> None:
+    """Head, group, FFN and vocabulary sizes against each other and TP (megatron-core asserts)."""
+    heads = arch["num_attention_heads"]
+    groups = arch.get("num_query_groups") or heads
+    if heads % groups:
+        raise ValueError(f"--num-attention-heads {heads} is not divisible by --num-query-groups {groups}")
+    if arch.get("kv_channels") is None and arch["hidden_size"] % heads:
+        raise ValueError(f"--hidden-size {arch['hidden_size']} is not divisible by --num-attention-heads {heads} "
+                         "(give --kv-channels for another head size)")
+    for flag, value in (("--num-attention-heads", heads), ("--num-query-groups", groups),
+                        ("--ffn-hidden-size", arch["ffn_hidden_size"]), ("--vocab-size", arch.get("vocab_size"))):
+        if value is not None and value % tp:
+            raise ValueError(f"{flag} {value} is not divisible by --tensor-model-parallel-size {tp}")
+    context = arch.get("max_position_embeddings")
+    if context is not None and seq_length > context:
+        raise ValueError(f"--seq-length {seq_length} exceeds the model's --max-position-embeddings {context} "
+                         "(give a larger --max-position-embeddings to extend the context on purpose)")
+
+
+def architecture(cfg: TrainConfig) -> LlamaArgs:
+    """The base's LlamaArgs from the (completed) architecture flags and their defaults."""
+    try:
+        return LlamaArgs.from_flags(cfg.model.architecture, max_position_default=cfg.schedule.seq_length,
+                                    params_dtype="bfloat16" if cfg.model.bf16 else "float32")
+    except ArchitectureError as e:
+        raise ValueError(str(e)) from e
+
+
+def build_method(cfg: TrainConfig, arch: LlamaArgs) -> Method:
+    """The tagged method --method and its settings describe (checked, naming the flag)."""
+    m = cfg.method
+    if m.is_scale:
+        config = m.scale_config()
+        config.resolve(arch.transformer_config(cfg.parallel.tp), cfg.parallel.tp)  # raises naming the flag
+        return config
+    if m.method == "freeze":
+        if not 0 <= m.freeze_layers <= arch.num_layers:
+            raise ValueError(f"--freeze-layers {m.freeze_layers} must lie in 0..--num-layers {arch.num_layers}")
+        return Freeze(layers=m.freeze_layers)
+    if m.method == "llama-pro":
+        return LlamaPro(blocks=m.pro_blocks(arch.num_layers))
+    if m.method == "lora":
+        if cfg.parallel.sequence_parallel:
+            raise ValueError("--sequence-parallel is not supported with --method lora")
+        return LoraSettings(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout, seed=cfg.schedule.seed)
+    return Full()
+
+
+def _plan(cfg: TrainConfig, world_size: int) -> Plan:
+    source, resuming = load_source(cfg.checkpoint.load)
+    common = common_state(source) if source is not None else {}
+    where = f"--load {source}"
+    loaded = common.get("model_args")
+    if loaded is not None:
+        inherit_architecture(cfg, loaded, where, resuming)
+    scale = common.get("scale") or {}
+    inherit_lora(cfg, scale.get("lora"), where, resuming)
+    for attr, value in LORA_DEFAULTS.items():
+        if getattr(cfg.method, attr) is None:
+            setattr(cfg.method, attr, value)
+    resolve_vocab(cfg)
+    base = architecture(cfg) if all(cfg.model.arch(n) is not None for n in ("num_layers", "hidden_size",
+                                    "num_attention_heads", "ffn_hidden_size")) else None
+    if common and base is not None:
+        inherit_scale(cfg, base, scale.get("dims"), where, resuming)
+    if resuming and "train_state" in common:
+        check_resumed_schedule(cfg, common["train_state"], where)
+
+    dp = cfg.parallel.data_parallel_size(world_size)
+    architecture(cfg)  # the four sizes are there (or the one message naming those missing)
+    cfg.schedule.validate(dp)
+    cfg.optim.validate(cfg.schedule.train_iters)
+    cfg.logging.validate(cfg.method.method)
+    check_shape(cfg.model.architecture, cfg.schedule.seq_length, cfg.parallel.tp)
+    arch = architecture(cfg)
+    method = build_method(cfg, arch)
+    layers = model_layers(arch, method)
+    if layers % cfg.parallel.pp:
+        raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
+                         f"{cfg.parallel.pp}")
+    cfg.data.validate()
+    cfg.checkpoint.validate(cfg.schedule.exit_interval)
+    cfg.validate_te()
+    record = dataclasses.replace(arch, num_layers=layers)
+    if loaded is not None:
+        record = dataclasses.replace(record, hf_carry=LlamaArgs.from_json(loaded).hf_carry)
+    return Plan(config=cfg, architecture=arch, method=method, resume=source if resuming else None,
+                initial=None if resuming else source, record=record.to_json(), data_parallel_size=dp)
+
+
+def plan(config: TrainConfig, world_size: int) -> Plan:
+    """Complete `config` from --load (a copy: `config` is not changed) and check it all; raises
+    FlagError naming the flag."""
+    try:
+        return _plan(copy.deepcopy(config), world_size)
+    except ValueError as e:
+        raise FlagError(str(e)) from e
