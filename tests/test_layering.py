@@ -69,3 +69,65 @@ def test_import_has_no_side_effects() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Package module -> the package modules it imports (anywhere in the file: a function-level
+    import that dodges a cycle is still one). `from pkg import name` is an edge to the submodule
+    pkg.name where that is a module, else to pkg."""
+    mods: dict[str, Path] = {}
+    for p in _sources():
+        parts = p.relative_to(PKG.parent).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph: dict[str, set[str]] = {}
+    for name, p in mods.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in mods)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in mods:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & mods.keys()
+                deps.update(subs or {node.module})
+                if len(subs) < len(node.names):
+                    deps.add(node.module)
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    graph = _module_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_training_does_not_import_conversion() -> None:
+    graph = _module_graph()
+    offenders = {m: sorted(d for d in deps if d.startswith("megatron_scale.convert"))
+                 for m, deps in graph.items() if m.startswith("megatron_scale.training")}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_every_transformer_config_comes_from_the_architecture_record() -> None:
+    """model/args.py LlamaArgs.transformer_config is the one place a TransformerConfig is made
+    (the package and the tools; tests build their own tiny ones)."""
+    tools = sorted((PKG.parent / "tools").glob("*.py"))
+    makers = sorted(
+        str(p.relative_to(PKG.parent)) for p in _sources() + tools
+        if any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "TransformerConfig"
+               for n in ast.walk(ast.parse(p.read_text())))
+    )
+    assert makers == ["megatron_scale/model/args.py"]

@@ -44,54 +44,35 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def _config(a: argparse.Namespace, layers: int, up: bool) -> Any:
-    import torch
-    import torch.nn.functional as F
+def _architecture(a: argparse.Namespace, layers: int, up: bool) -> Any:
+    """The benchmark's model (untied, RoPE), at the base shape or, `up`, at the expanded one
+    (d + d/4, h + h/4, g + max(1, g/4), f + f/4; the head size stays the base's)."""
+    from megatron_scale.model.args import LlamaArgs
 
-    from megatron_scale import _mcore as mc
-    from megatron_scale.model.te import fp8_config
+    def grown(n: int, floor: int = 0) -> int:
+        return n + (max(floor, n // 4) if up else 0)
 
-    q = 4 if up else 0
-    kw: dict[str, Any] = dict(
-        num_layers=layers,
-        hidden_size=a.hidden + (a.hidden // q if q else 0),
-        num_attention_heads=a.heads + (a.heads // q if q else 0),
-        num_query_groups=a.groups + (max(1, a.groups // q) if q else 0),
-        ffn_hidden_size=a.ffn + (a.ffn // q if q else 0),
-        kv_channels=a.hidden // a.heads, normalization="RMSNorm", gated_linear_unit=True,
-        activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
-        hidden_dropout=0.0, attention_dropout=0.0, use_cpu_initialization=a.device == "cpu",
-        params_dtype=torch.bfloat16 if a.bf16 else torch.float32, bf16=a.bf16,
-        init_method_std=0.02, **fp8_config(a.fp8_format, a.fp8_recipe),
+    return LlamaArgs(
+        num_layers=layers, hidden_size=grown(a.hidden), num_attention_heads=grown(a.heads),
+        num_query_groups=grown(a.groups, 1), ffn_hidden_size=grown(a.ffn), kv_channels=a.hidden // a.heads,
+        vocab_size=a.vocab, max_position_embeddings=a.seq, params_dtype="bfloat16" if a.bf16 else "float32",
     )
-    return mc.TransformerConfig(**kw)
 
 
-def _te(a: argparse.Namespace) -> bool:
-    return a.transformer_impl == "transformer_engine"
-
-
-def _build(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any]:
-    """(model, scale_dims or None) for one (scope, method)."""
-    from megatron_scale import _mcore as mc
+def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
+    """The model of one (scope, method), through the library's one builder."""
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.builder import build_scale_gpt
-    from megatron_scale.model.spec import te_backend
+    from megatron_scale.model.build import Kernels, build_model
+    from megatron_scale.model.methods import Full
 
     layers = 1 if scope == "layer" else a.layers
+    kernels = Kernels(transformer_impl=a.transformer_impl, fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe,
+                      initialize=True, cpu_initialization=a.device == "cpu")
     if method in ("full_ft", "dense_up"):
-        cfg = _config(a, layers, up=method == "dense_up")
-        spec = (mc.te_extensions().get_gpt_layer_with_transformer_engine_spec() if _te(a)
-                else mc.get_gpt_layer_local_spec(normalization="RMSNorm"))
-        model = mc.GPTModel(cfg, spec, vocab_size=a.vocab, max_sequence_length=a.seq, position_embedding_type="rope")
-        return model, None
+        return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
     scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt)
-    model = build_scale_gpt(
-        _config(a, layers, up=False), scale, vocab_size=a.vocab, max_sequence_length=a.seq,
-        position_embedding_type="rope", **({"backend": te_backend()} if _te(a) else {}),
-    )
-    return model, model.scale_dims
+    return build_model(_architecture(a, layers, up=False), scale, kernels=kernels)
 
 
 def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, list[Any], Any]:
@@ -99,13 +80,13 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
     import torch
 
     from megatron_scale import _mcore as mc
+    from megatron_scale.model.inputs import causal_mask
 
     torch.manual_seed(0)
-    model, _ = _build(a, scope, method)
-    model.to(a.run_device)
+    model = _build(a, scope, method).to(a.run_device)
     dtype = torch.bfloat16 if a.bf16 else torch.float32
     s, b = a.seq, a.batch
-    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=a.run_device), 1)
+    mask = causal_mask(s, a.run_device)
     if scope == "layer":
         module = model.decoder.layers[0]
         width = module.config.hidden_size
