@@ -111,7 +111,7 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.methods:
             raise SettingsError("METHODS is empty")
-        for name in ("train_iters", "base_iters"):  # the LR schedule needs warm-up < iterations
+        for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
             if getattr(self, name) <= self.warmup_iters:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
 
