@@ -1,2 +1,3 @@
-"""The Korean recipe's glue (examples/scale_korean.sh): model arguments for export, the
-forgetting/learning report, and lm-evaluation-harness over exported models."""
+"""The Korean recipe (examples/scale_korean.sh launches it): its settings (settings.py), its steps
+and what each skips when done (steps.py, driven through `python -m megatron_scale.recipe`), the
+forgetting/learning report (report.py) and lm-evaluation-harness over exported models (harness.py)."""

@@ -1,0 +1,166 @@
+"""The Korean recipe's settings: one typed record, read from the environment.
+
+Each field is the environment variable of its name in upper case (`train_iters` is TRAIN_ITERS).
+examples/scale_korean.sh sources the config file (examples/configs/*.env, lines
+`: "${VAR:=value}"`) with `set -a`, so a config's values arrive here through the environment and a
+variable the user set wins over the config; what neither sets takes the defaults below, the tiny
+CPU demo. As in bash's `${VAR:=default}`, an empty variable counts as unset.
+
+Which base the recipe starts from is one setting, HF_MODEL: a Hugging Face Llama folder to
+convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FLAGS, BASE_ITERS,
+BASE_LR). Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...)
+replaces LR, and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only
+(TRAIN_FLAGS_LORA="--lora-rank 16").
+
+Standard library only: the launcher runs this outside the container image, on the batch host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the variable."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Settings:
+    """Everything the recipe decides with (the launcher's own: NPROC, CONTAINER_*, PYTHON,
+    MASTER_PORT stay in the shell)."""
+
+    workdir: Path
+    """WORKDIR: everything the job writes (default <repo>/runs/scale_korean)."""
+    data_dir: Path
+    """DATA_DIR: datasets and the demo tokenizer (default $WORKDIR/data)."""
+    hf_model: str = ""
+    """HF_MODEL: Hugging Face Llama folder to convert; empty: pre-train a tiny base on English."""
+    methods: tuple[str, ...] = ("scale-preserve", "scale-adapt", "scale-route", "full")
+    """METHODS: the training entry's --method values, in order, space-separated."""
+    tp: int = 2
+    """TP: tensor-parallel size of conversion, upscaling and training."""
+    pp: int = 1
+    """PP: pipeline-parallel size of conversion, upscaling and training."""
+    device: str = "cpu"
+    """DEVICE: the training entry's --device (cpu, cuda, auto)."""
+    micro_batch: int = 8
+    """MICRO_BATCH: --micro-batch-size."""
+    global_batch: int = 16
+    """GLOBAL_BATCH: --global-batch-size."""
+    seq_length: int = 128
+    """SEQ_LENGTH: --seq-length."""
+    lr: str = "3e-3"
+    """LR: peak LR of the continued runs (LR_<METHOD> overrides it for one method)."""
+    min_lr: str = "3e-4"
+    """MIN_LR: where the cosine schedule ends."""
+    warmup_iters: int = 10
+    """WARMUP_ITERS: linear warm-up iterations (fewer than TRAIN_ITERS and BASE_ITERS)."""
+    train_iters: int = 100
+    """TRAIN_ITERS: iterations of each continued run."""
+    base_iters: int = 300
+    """BASE_ITERS: iterations of the tiny base's pre-training."""
+    base_lr: str = "3e-3"
+    """BASE_LR: peak LR of the tiny base's pre-training."""
+    eval_iters: int = 4
+    """EVAL_ITERS: batches per evaluation."""
+    eval_interval: int = 100
+    """EVAL_INTERVAL: iterations between evaluations of the continued runs (default TRAIN_ITERS)."""
+    save_interval: int = 50
+    """SAVE_INTERVAL: iterations between checkpoints."""
+    log_interval: int = 10
+    """LOG_INTERVAL: iterations between log lines."""
+    model_flags: tuple[str, ...] = tuple(
+        "--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-query-groups 8 --ffn-hidden-size 384".split())
+    """MODEL_FLAGS: the tiny base's architecture (a converted base's is read from its checkpoint)."""
+    scale_flags: tuple[str, ...] = ("--scale-router-tau", "0.9")
+    """SCALE_FLAGS: --scale-* flags of upscaling (training reads them from the checkpoint)."""
+    train_flags: tuple[str, ...] = ()
+    """TRAIN_FLAGS: any other training flags, every run (e.g. --bf16 --use-distributed-optimizer)."""
+    method_lr: Mapping[str, str] = field(default_factory=dict)
+    """LR_<METHOD>: one method's LR, e.g. LR_FULL=1e-5 (method upper-cased, '-' as '_')."""
+    method_flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """TRAIN_FLAGS_<METHOD>: training flags of one method's run only, e.g. TRAIN_FLAGS_LORA."""
+    ko_train_input: str = ""
+    """KO_TRAIN_INPUT: raw Korean training corpus (JSONL / Parquet / text, globs), real models."""
+    ko_eval_input: str = ""
+    """KO_EVAL_INPUT: raw Korean held-out corpus."""
+    en_eval_input: str = ""
+    """EN_EVAL_INPUT: raw English held-out corpus (forgetting)."""
+    ko_train_prefix: Path | None = None
+    """KO_TRAIN_PREFIX: preprocessed Korean training data (default $DATA_DIR/ko_train_text_document)."""
+    ko_eval_prefix: Path | None = None
+    """KO_EVAL_PREFIX: preprocessed Korean held-out data (default $DATA_DIR/ko_eval_text_document)."""
+    en_eval_prefix: Path | None = None
+    """EN_EVAL_PREFIX: preprocessed English held-out data (default $DATA_DIR/en_eval_text_document)."""
+    preprocess_flags: tuple[str, ...] = ("--append-eod", "--workers", "8")
+    """PREPROCESS_FLAGS: flags of tools/preprocess_data.py."""
+    export: bool = True
+    """EXPORT: 1 exports every run to Hugging Face."""
+    verify_export: bool = True
+    """VERIFY_EXPORT: 1 compares the export's logits with the Megatron model's (--verify)."""
+    lm_eval_tasks: str = ""
+    """LM_EVAL_TASKS: comma-separated lm-evaluation-harness tasks run on every export."""
+    lm_eval_flags: tuple[str, ...] = ()
+    """LM_EVAL_FLAGS: flags of tools/lm_eval_hf.py."""
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise SettingsError("METHODS is empty")
+        for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
+            if getattr(self, name) <= self.warmup_iters:
+                raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
+
+    @property
+    def from_scratch(self) -> bool:
+        """The base is the tiny Llama pre-trained here, not a converted HF model."""
+        return not self.hf_model
+
+    def lr_of(self, method: str) -> str:
+        return self.method_lr.get(method, self.lr)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ, repo: Path | None = None) -> Settings:
+        """Read every field from `env` (empty or missing: the default); `repo` roots WORKDIR's default."""
+        given = {k: v for k, v in env.items() if v != ""}
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            text = given.get(f.name.upper())
+            if text is None or f.name in ("method_lr", "method_flags"):
+                continue
+            values[f.name] = _parse(f.name, f.type, text)
+        workdir = Path(values.get("workdir") or Path(repo or Path.cwd()) / "runs" / "scale_korean")
+        values["workdir"] = workdir
+        values.setdefault("data_dir", workdir / "data")
+        values.setdefault("eval_interval", values.get("train_iters", cls.train_iters))
+        methods = values.get("methods", cls.methods)
+        values["method_lr"] = {m: given[f"LR_{_var(m)}"] for m in methods if f"LR_{_var(m)}" in given}
+        values["method_flags"] = {m: tuple(given[f"TRAIN_FLAGS_{_var(m)}"].split())
+                                  for m in methods if f"TRAIN_FLAGS_{_var(m)}" in given}
+        return cls(**values)
+
+
+def _var(method: str) -> str:
+    """The variable suffix of a method: llama-pro -> LLAMA_PRO."""
+    return method.upper().replace("-", "_")
+
+
+def _parse(name: str, kind: object, text: str) -> object:
+    """One variable's text as its field's type; whitespace splits lists (as bash's `read -a`)."""
+    kind = str(kind)
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise SettingsError(f"{name.upper()}={text!r} is not an integer") from None
+    if kind == "bool":
+        return text == "1"
+    if kind.startswith("tuple"):
+        return tuple(text.split())
+    if kind.startswith("Path"):
+        return Path(text)
+    return text

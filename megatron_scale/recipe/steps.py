@@ -1,0 +1,217 @@
+"""The Korean recipe's steps, as data: what each step runs, and what it skips because it is done.
+
+    data -> [pre-train the tiny base | convert the HF base] -> per method: [upscale] -> train
+         -> evaluate (the report) -> per method: export to HF [-> lm-eval]
+
+`actions(settings)` lists every action in order, each a step title and a `resolve()` that looks at
+$WORKDIR when called and returns either a message (done: skipped) or a Command. The list itself
+never depends on $WORKDIR, so the launcher (examples/scale_korean.sh) can ask for action k, run it,
+and ask for k+1: each decision sees what the actions before it wrote. That is how a requeued job
+resumes: finished datasets, conversions, upscalings, runs and exports are skipped, and the
+interrupted run continues from `--load` of its own save directory.
+
+A Command is "single" (one process: `python SCRIPT ARGS`, which may start its own ranks) or
+"train" (`python -m megatron_scale.train ARGS` on every rank); how either is launched (srun,
+torchrun, a container) is the launcher's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from megatron_scale.recipe.settings import Settings, SettingsError
+
+LATEST = "latest_checkpointed_iteration.txt"
+
+
+@dataclass(kw_only=True, frozen=True)
+class Command:
+    """One process (or one set of ranks) to launch."""
+
+    kind: Literal["single", "train"]
+    """single: `python ARGS...`; train: `python -m megatron_scale.train ARGS...` on every rank."""
+    args: tuple[str, ...]
+    """The arguments after the python (single) or after the module (train)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Action:
+    """One thing a step does; `resolve()` decides, when called, whether it is already done."""
+
+    step: int
+    """1-based number of the step it belongs to (a step may hold several actions)."""
+    title: str
+    """The step's title, printed before its first action."""
+    resolve: Callable[[], Command | str]
+    """A Command to run, or a message saying why nothing needs running."""
+
+
+def done_iters(run: Path) -> int:
+    """Iterations a training run has saved (0 before its first checkpoint)."""
+    try:
+        return int((run / LATEST).read_text().strip())
+    except FileNotFoundError:
+        return 0
+
+
+def last_ckpt(run: Path) -> Path:
+    return run / f"iter_{done_iters(run):07d}"
+
+
+class Recipe:
+    """The paths and flags every step shares, derived from the settings."""
+
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        w, d = s.workdir, s.data_dir
+        if s.from_scratch:
+            self.tokenizer = str(d / "tokenizer")
+            self.en_train = d / "en_train_text_document"
+            self.ko_train, self.ko_eval, self.en_eval = (
+                d / "ko_train_text_document", d / "ko_valid_text_document", d / "en_valid_text_document")
+            self.base_run = w / "runs" / "base"
+        else:
+            self.tokenizer = s.hf_model
+            self.ko_train = s.ko_train_prefix or d / "ko_train_text_document"
+            self.ko_eval = s.ko_eval_prefix or d / "ko_eval_text_document"
+            self.en_eval = s.en_eval_prefix or d / "en_eval_text_document"
+            self.converted = w / "ckpt" / "base"
+
+    def run_dir(self, method: str) -> Path:
+        return self.s.workdir / "runs" / method
+
+    def base(self) -> Path:
+        """The checkpoint every method starts from (the tiny base's newest, or the converted one)."""
+        return last_ckpt(self.base_run) if self.s.from_scratch else self.converted
+
+    def common(self) -> list[str]:
+        """Run flags of every training: each --load records its model (and SCALE geometry)."""
+        s = self.s
+        return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", self.tokenizer,
+                "--seq-length", str(s.seq_length), "--micro-batch-size", str(s.micro_batch),
+                "--global-batch-size", str(s.global_batch),
+                "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
+                "--device", s.device, "--eval-data-path", f"en={self.en_eval}", f"ko={self.ko_eval}",
+                "--eval-iters", str(s.eval_iters), "--log-interval", str(s.log_interval),
+                "--exit-signal-save", *s.train_flags]
+
+    def schedule(self, iters: int, lr: str, eval_interval: int, save: Path) -> list[str]:
+        s = self.s
+        return ["--train-iters", str(iters), "--lr", lr, "--min-lr", s.min_lr, "--lr-decay-style", "cosine",
+                "--lr-warmup-iters", str(s.warmup_iters), "--eval-interval", str(eval_interval),
+                "--save", str(save), "--save-interval", str(s.save_interval)]
+
+    # ---- the steps: (title, [resolve, ...]) --------------------------------------------------
+    def data(self) -> list[Callable[[], Command | str]]:
+        s = self.s
+        if s.from_scratch:
+            def demo() -> Command | str:
+                if Path(f"{self.ko_eval}.idx").is_file():
+                    return f"demo corpora ready in {s.data_dir}"
+                return _single("tools/prepare_demo_data.py", "--output-dir", s.data_dir)
+            return [demo]
+        sources = ((self.ko_train, s.ko_train_input), (self.ko_eval, s.ko_eval_input), (self.en_eval, s.en_eval_input))
+        return [self._preprocess(prefix, raw) for prefix, raw in sources]
+
+    def _preprocess(self, prefix: Path, raw: str) -> Callable[[], Command | str]:
+        def resolve() -> Command | str:
+            if Path(f"{prefix}.idx").is_file():
+                return f"dataset {prefix} ready"
+            if not raw:
+                raise SettingsError(f"dataset {prefix} is missing and no raw input is set "
+                                    "(KO_TRAIN_INPUT / KO_EVAL_INPUT / EN_EVAL_INPUT)")
+            out = str(prefix).removesuffix("_text_document")
+            return _single("tools/preprocess_data.py", "--input", raw, "--output-prefix", out,
+                           "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", self.tokenizer,
+                           *self.s.preprocess_flags)
+        return resolve
+
+    def pretrain_base(self) -> Command | str:
+        s, run = self.s, self.base_run
+        if done_iters(run) >= s.base_iters:
+            return f"base trained: {last_ckpt(run)}"
+        resume = ["--load", str(run)] if (run / LATEST).is_file() else []
+        return Command(kind="train", args=(
+            *s.model_flags, *self.common(), "--method", "full", "--data-path", str(self.en_train),
+            *self.schedule(s.base_iters, s.base_lr, s.base_iters, run), *resume))
+
+    def convert_base(self) -> Command | str:
+        s = self.s
+        if self.converted.is_dir():
+            return f"converted: {self.converted}"
+        return _single("tools/convert_hf_to_megatron.py", "--load", s.hf_model, "--save", self.converted,
+                       "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--no-progress")
+
+    def upscale(self, method: str) -> Command | str:
+        s, init = self.s, self.s.workdir / "ckpt" / method
+        if init.is_dir():
+            return f"upscaled: {init}"
+        return _single("tools/upscale_checkpoint.py", "--load", self.base(), "--save", init,
+                       "--scale-variant", method.removeprefix("scale-"), *s.scale_flags,
+                       "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp)
+
+    def train(self, method: str) -> Command | str:
+        """The method's continued run: SCALE methods start from their upscaled checkpoint, the
+        others (full, freeze, llama-pro, lora) from the base; a run with a checkpoint resumes."""
+        s, run = self.s, self.run_dir(method)
+        if done_iters(run) >= s.train_iters:
+            return f"trained: {last_ckpt(run)}"
+        init = s.workdir / "ckpt" / method if method.startswith("scale-") else self.base()
+        load = run if (run / LATEST).is_file() else init
+        return Command(kind="train", args=(
+            *self.common(), "--method", method, "--load", str(load), "--data-path", str(self.ko_train),
+            *self.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run),
+            *s.method_flags.get(method, ())))
+
+    def report(self) -> Command:
+        """The base's numbers: the tiny base's last evaluation, or (converted base) the first
+        method's iteration-0 evaluation, made before its first step."""
+        s = self.s
+        if s.from_scratch:
+            base = ["--base", str(self.base_run / "metrics.jsonl")]
+        else:
+            base = ["--base", str(self.run_dir(s.methods[0]) / "metrics.jsonl"), "--base-iteration", "0"]
+        runs = [a for m in s.methods for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")]
+        return _single("tools/scale_report.py", *base, *runs, "--output", s.workdir / "report")
+
+    def export(self, method: str) -> Command | str:
+        s, out = self.s, self.s.workdir / "hf" / method
+        if out.is_dir():
+            return f"exported: {out}"
+        return _single("tools/convert_megatron_to_hf.py", "--load", last_ckpt(self.run_dir(method)), "--save", out,
+                       "--tokenizer", self.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else []))
+
+    def lm_eval(self, method: str) -> Command:
+        s = self.s
+        return _single("tools/lm_eval_hf.py", "--model", s.workdir / "hf" / method, "--tasks", s.lm_eval_tasks,
+                       "--output", s.workdir / "report" / f"lm_eval_{method}.json", *s.lm_eval_flags)
+
+
+def actions(s: Settings) -> list[Action]:
+    """Every action of the recipe, in order (the same list whatever $WORKDIR holds)."""
+    r = Recipe(s)
+    steps: list[tuple[str, list[Callable[[], Command | str]]]] = [("data", r.data())]
+    if s.from_scratch:
+        steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
+                      [r.pretrain_base]))
+    else:
+        steps.append((f"convert {s.hf_model} to a Megatron checkpoint (TP={s.tp}, PP={s.pp})", [r.convert_base]))
+    for m in s.methods:
+        if m.startswith("scale-"):
+            steps.append((f"upscale the base for {m}", [lambda m=m: r.upscale(m)]))
+        steps.append((f"continue on Korean with --method {m} ({s.train_iters} iterations)", [lambda m=m: r.train(m)]))
+    steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity", [r.report]))
+    if s.export:
+        for m in s.methods:
+            todo: list[Callable[[], Command | str]] = [lambda m=m: r.export(m)]
+            if s.lm_eval_tasks:
+                todo.append(lambda m=m: r.lm_eval(m))
+            steps.append((f"export {m} to Hugging Face", todo))
+    return [Action(step=n, title=title, resolve=fn) for n, (title, fns) in enumerate(steps, 1) for fn in fns]
+
+
+def _single(script: str, *args: object) -> Command:
+    return Command(kind="single", args=(script, *map(str, args)))

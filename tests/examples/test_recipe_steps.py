@@ -1,0 +1,193 @@
+"""megatron_scale.recipe.settings and .steps, without training: where each setting comes from
+(default, config, environment), the flags each method's run gets, and what a half-done work dir
+skips (the requeue/resume behaviour of examples/scale_korean.sh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from megatron_scale.recipe.__main__ import main
+from megatron_scale.recipe.settings import Settings, SettingsError
+from megatron_scale.recipe.steps import Command, actions
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _settings(work: Path, **env: str) -> Settings:
+    return Settings.from_env({"WORKDIR": str(work), **env})
+
+
+def _sourced(config: str, **env: str) -> dict[str, str]:
+    """The environment the launcher hands the recipe: `set -a; source CONFIG` over `env`."""
+    base = {"PATH": os.environ["PATH"], "HOME": "/home/u", **env}
+    out = subprocess.run(["bash", "-c", 'set -a; source "$0"; set +a; env -0', config], env=base, cwd=REPO,
+                         check=True, capture_output=True, text=True).stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if item)
+
+
+def _resolved(s: Settings) -> list[Command | str]:
+    return [a.resolve() for a in actions(s)]
+
+
+def _train(s: Settings, method: str) -> list[str]:
+    (cmd,) = [c for c in _resolved(s) if isinstance(c, Command) and c.kind == "train"
+              and c.args[c.args.index("--method") + 1] == method and "--data-path" in c.args
+              and "ko_train" in c.args[c.args.index("--data-path") + 1]]
+    return list(cmd.args)
+
+
+def _flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_defaults_are_the_tiny_demo(tmp_path: Path) -> None:
+    s = Settings.from_env({}, repo=tmp_path)
+    assert s.workdir == tmp_path / "runs" / "scale_korean" and s.data_dir == s.workdir / "data"
+    assert s.from_scratch and s.methods == ("scale-preserve", "scale-adapt", "scale-route", "full")
+    assert (s.tp, s.train_iters, s.eval_interval, s.export, s.verify_export) == (2, 100, 100, True, True)
+
+
+def test_environment_overrides_and_empty_means_unset(tmp_path: Path) -> None:
+    s = _settings(tmp_path, TRAIN_ITERS="40", TP="1", METHODS="full  lora", EXPORT="0", LR="", DATA_DIR="")
+    assert (s.train_iters, s.tp, s.methods, s.export) == (40, 1, ("full", "lora"), False)
+    assert s.eval_interval == 40  # EVAL_INTERVAL defaults to TRAIN_ITERS
+    assert s.lr == "3e-3" and s.data_dir == tmp_path / "data"  # bash ${VAR:=default}: empty is unset
+
+
+def test_config_file_then_environment(tmp_path: Path) -> None:
+    env = _sourced("examples/configs/llama3.2-1b.env", TRAIN_ITERS="1000", WORKDIR=str(tmp_path))
+    s = Settings.from_env(env, repo=REPO)
+    assert s.hf_model == "/home/u/models/Llama-3.2-1B" and not s.from_scratch
+    assert (s.train_iters, s.tp, s.device, s.global_batch, s.workdir) == (1000, 1, "cuda", 512, tmp_path)
+    assert s.train_flags == ("--bf16", "--use-distributed-optimizer")
+    assert s.method_lr == {"full": "1e-5"}  # LR_FREEZE, LR_LORA, LR_LLAMA_PRO: methods not in METHODS
+    assert s.ko_train_input.endswith("kor_Hang/train/*.parquet")  # globs reach the tool unexpanded
+
+
+def test_unusable_settings_name_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="TP='two' is not an integer"):
+        _settings(tmp_path, TP="two")
+    with pytest.raises(SettingsError, match="TRAIN_ITERS=5 must exceed WARMUP_ITERS=10"):
+        _settings(tmp_path, TRAIN_ITERS="5")
+    with pytest.raises(SettingsError, match="BASE_ITERS=10 must exceed"):
+        _settings(tmp_path, BASE_ITERS="10")
+    assert _settings(tmp_path, BASE_ITERS="10", HF_MODEL="/m").base_iters == 10  # no tiny base to pre-train
+
+
+def test_per_method_flags(tmp_path: Path) -> None:
+    s = _settings(tmp_path, METHODS="scale-adapt full freeze llama-pro lora", LR_FULL="1e-5",
+                  LR_LLAMA_PRO="2e-4", TRAIN_FLAGS_LORA="--lora-rank 16", TRAIN_FLAGS="--bf16")
+    got = {m: _train(s, m) for m in s.methods}
+    assert {m: _flag(a, "--lr") for m, a in got.items()} == {
+        "scale-adapt": "3e-3", "full": "1e-5", "freeze": "3e-3", "llama-pro": "2e-4", "lora": "3e-3"}
+    base = str(tmp_path / "runs" / "base" / "iter_0000000")
+    assert {m: _flag(a, "--load") for m, a in got.items()} == {
+        "scale-adapt": str(tmp_path / "ckpt" / "scale-adapt"), "full": base, "freeze": base, "llama-pro": base,
+        "lora": base}
+    assert got["lora"][-2:] == ["--lora-rank", "16"] and "--lora-rank" not in got["full"]
+    assert all("--bf16" in a and "--exit-signal-save" in a for a in got.values())
+    assert all(_flag(a, "--save") == str(tmp_path / "runs" / m) for m, a in got.items())
+    # only SCALE methods are upscaled, each with its own variant and the SCALE_FLAGS
+    upscales = [c.args for c in _resolved(s) if isinstance(c, Command) and c.args[0] == "tools/upscale_checkpoint.py"]
+    assert [_flag(list(a), "--scale-variant") for a in upscales] == ["adapt"]
+    assert "--scale-router-tau" in upscales[0]
+
+
+def test_fresh_tiny_run_lists_every_step(tmp_path: Path) -> None:
+    s = _settings(tmp_path, METHODS="scale-preserve full")
+    todo = actions(s)
+    assert [a.step for a in todo] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [a.title.split(" ")[0] for a in todo] == ["data", "pre-train", "upscale", "continue", "continue",
+                                                     "evaluate:", "export", "export"]
+    got = _resolved(s)
+    assert all(isinstance(c, Command) for c in got)
+    base = got[1]
+    assert isinstance(base, Command) and base.kind == "train" and "--load" not in base.args
+    assert base.args[:2] == ("--num-layers", "4") and _flag(list(base.args), "--method") == "full"
+    export = got[6]
+    assert isinstance(export, Command) and export.args[-1] == "--verify"
+
+
+def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
+    """A requeued job: data, base and upscaling done; scale-preserve saved at 50 of 100
+    (resumes from its own directory); full finished; full's export written."""
+    s = _settings(tmp_path, METHODS="scale-preserve full")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "ko_valid_text_document.idx").touch()
+    for run, it in (("base", 300), ("scale-preserve", 50), ("full", 100)):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
+    (tmp_path / "ckpt" / "scale-preserve").mkdir(parents=True)
+    (tmp_path / "hf" / "full").mkdir(parents=True)
+    got = _resolved(s)
+    assert got[0] == f"demo corpora ready in {tmp_path / 'data'}"
+    assert got[1] == f"base trained: {tmp_path / 'runs' / 'base' / 'iter_0000300'}"
+    assert got[2] == f"upscaled: {tmp_path / 'ckpt' / 'scale-preserve'}"
+    assert _flag(_train(s, "scale-preserve"), "--load") == str(tmp_path / "runs" / "scale-preserve")
+    assert got[4] == f"trained: {tmp_path / 'runs' / 'full' / 'iter_0000100'}"
+    assert isinstance(got[5], Command) and got[5].args[0] == "tools/scale_report.py"  # always re-made
+    assert isinstance(got[6], Command) and _flag(list(got[6].args), "--load").endswith("scale-preserve/iter_0000050")
+    assert got[7] == f"exported: {tmp_path / 'hf' / 'full'}"
+    assert len(actions(s)) == 8  # the list never depends on the work dir
+
+
+def test_interrupted_base_resumes_from_its_save_dir(tmp_path: Path) -> None:
+    (tmp_path / "runs" / "base").mkdir(parents=True)
+    (tmp_path / "runs" / "base" / "latest_checkpointed_iteration.txt").write_text("150")
+    base = _resolved(_settings(tmp_path))[1]
+    assert isinstance(base, Command) and list(base.args[-2:]) == ["--load", str(tmp_path / "runs" / "base")]
+
+
+def test_converted_base(tmp_path: Path) -> None:
+    """HF_MODEL: three datasets (preprocessed when missing), the conversion, the base's numbers
+    from the first run's iteration 0, lm-eval after each export."""
+    (tmp_path / "pre").mkdir()
+    (tmp_path / "pre" / "ko_eval_text_document.idx").touch()
+    s = _settings(tmp_path, HF_MODEL="/m/llama", METHODS="scale-route full", KO_TRAIN_INPUT="/raw/ko/*.parquet",
+                  KO_EVAL_PREFIX=str(tmp_path / "pre" / "ko_eval_text_document"), EN_EVAL_INPUT="/raw/en.jsonl",
+                  LM_EVAL_TASKS="arc_easy", LM_EVAL_FLAGS="--device cuda", VERIFY_EXPORT="0")
+    got = _resolved(s)
+    pre = [c for c in got if isinstance(c, Command) and c.args[0] == "tools/preprocess_data.py"]
+    assert [_flag(list(c.args), "--output-prefix") for c in pre] == [
+        str(tmp_path / "data" / "ko_train"), str(tmp_path / "data" / "en_eval")]
+    assert got[1] == f"dataset {tmp_path / 'pre' / 'ko_eval_text_document'} ready"
+    convert = got[3]
+    assert isinstance(convert, Command) and convert.args[:5] == (
+        "tools/convert_hf_to_megatron.py", "--load", "/m/llama", "--save", str(tmp_path / "ckpt" / "base"))
+    assert _flag(_train(s, "full"), "--load") == str(tmp_path / "ckpt" / "base")
+    assert _flag(_train(s, "full"), "--tokenizer-model") == "/m/llama"
+    report = next(c for c in got if isinstance(c, Command) and c.args[0] == "tools/scale_report.py")
+    assert list(report.args[1:5]) == ["--base", str(tmp_path / "runs" / "scale-route" / "metrics.jsonl"),
+                                      "--base-iteration", "0"]
+    tail = [c.args[0] for c in got[-4:] if isinstance(c, Command)]
+    assert tail == ["tools/convert_megatron_to_hf.py", "tools/lm_eval_hf.py"] * 2
+    assert "--verify" not in got[-4].args and got[-1].args[-2:] == ("--device", "cuda")
+
+
+def test_missing_dataset_without_raw_input_is_an_error(tmp_path: Path) -> None:
+    s = _settings(tmp_path, HF_MODEL="/m/llama")
+    with pytest.raises(SettingsError, match="no raw input is set"):
+        actions(s)[0].resolve()
+
+
+def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT"))]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("WORKDIR", str(tmp_path))
+    monkeypatch.setenv("METHODS", "full")
+    assert main(["next", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["single", "tools/prepare_demo_data.py", "--output-dir", str(tmp_path / "data")]
+    assert "step 1: data" in err
+    (tmp_path / "hf" / "full").mkdir(parents=True)
+    assert main(["next", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "skip\n" and "exported:" in err
+    assert main(["next", "6"]) == 0 and capsys.readouterr().out == "end\n"
+    monkeypatch.setenv("TP", "x")
+    assert main(["next", "1"]) == 2 and "TP='x' is not an integer" in capsys.readouterr().err
