@@ -12,6 +12,7 @@ f (+f'), head size k (never changes), L layers.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,8 @@ ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
 ROUTER_SETTINGS = ("router_tau", "router_statistic")
+
+_log = logging.getLogger(__name__)
 
 Variant = Literal["preserve", "adapt", "route"]
 Init = Literal["svd", "normal", "zero"]
@@ -52,11 +55,14 @@ class ScaleConfig:
     hidden_up: int | None = field(default=None, metadata=flag("--scale-hidden-up"))
     """d': extra hidden dims. None: hidden_size // 4."""
     heads_up: int | None = field(default=None, metadata=flag("--scale-heads-up"))
-    """h': extra query heads. None: num_attention_heads // 4."""
+    """h': extra query heads. None: g' * (h/g) when groups_up is given, else num_attention_heads // 4
+    where that is whole KV groups at the base GQA ratio divisible by TP, else the nearest such
+    geometry (size_notes says what was picked)."""
     groups_up: int | None = field(default=None, metadata=flag("--scale-groups-up"))
-    """g': extra KV groups. None: max(1, groups // 4), or h' / (h/g) so the GQA ratio holds."""
+    """g': extra KV groups. None: h' / (h/g), so the GQA ratio holds."""
     ffn_up: int | None = field(default=None, metadata=flag("--scale-ffn-up"))
-    """f': extra SwiGLU units (gate and up each). None: ffn_hidden_size // 4."""
+    """f': extra SwiGLU units (gate and up each). None: ffn_hidden_size // 4, or the positive
+    multiple of TP nearest to it."""
     variant: str = "preserve"
     """preserve | adapt | route."""
     init: str = field(default="svd", metadata=flag("--scale-init", choices=INITS))
@@ -165,6 +171,73 @@ def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: 
         )
 
 
+def _nearest_multiples(x: float, m: int) -> list[int]:
+    """The positive multiples of m either side of x, the nearer first (the smaller on a tie)."""
+    lower = int(x // m) * m
+    both = [v for v in (lower, lower + m) if v > 0] or [m]
+    return sorted(both, key=lambda v: (abs(v - x), v))
+
+
+def _head_choices_text(heads_up: float, ratio: int, tp: int) -> str:
+    """The valid (h', g') nearest to h' (whole KV groups of `ratio` heads, g' divisible by TP), as flags."""
+    return " or ".join(f"--scale-heads-up {n * ratio} --scale-groups-up {n}"
+                       for n in _nearest_multiples(heads_up / ratio, tp))
+
+
+def _heads_and_groups(cfg: ScaleConfig, h: int, ratio: int, tp: int) -> tuple[int, int]:
+    """(h', g'): the user's, the one given completed at the base GQA ratio, or the default.
+
+    The default is the quarter rule (h' = h/4, g' = h'/ratio) where that gives whole KV groups
+    divisible by TP; otherwise the nearest geometry that does: g' the multiple of TP nearest to
+    h/4/ratio (at least one group), h' = g' * ratio."""
+    if cfg.heads_up is not None and cfg.groups_up is not None:
+        return cfg.heads_up, cfg.groups_up
+    if cfg.heads_up is not None:
+        h_up = cfg.heads_up
+        if h_up % ratio:
+            why = f"{h_up} heads are not whole KV groups of {ratio} heads (the base GQA ratio)"
+        elif (h_up // ratio) % tp:
+            why = (f"{h_up} heads make {h_up // ratio} KV group(s), not divisible by the tensor-parallel size {tp} "
+                   "(--tensor-model-parallel-size)")
+        else:
+            return h_up, h_up // ratio
+        raise _fail("heads_up", f"{why}; nearest valid: {_head_choices_text(h_up, ratio, tp)}")
+    if cfg.groups_up is not None:
+        g_up = cfg.groups_up
+        if g_up % tp:
+            raise _fail("groups_up", f"{g_up} is not divisible by the tensor-parallel size {tp} "
+                        "(--tensor-model-parallel-size); each rank holds an equal share of the new units; "
+                        f"nearest valid: {_head_choices_text(g_up * ratio, ratio, tp)}")
+        return g_up * ratio, g_up
+    h_up = h // 4
+    g_up = max(1, h_up // ratio)
+    if h_up > 0 and h_up == g_up * ratio and g_up % tp == 0:
+        return h_up, g_up  # the quarter rule works: unchanged
+    g_up = _nearest_multiples(h / 4 / ratio, tp)[0]
+    return g_up * ratio, g_up
+
+
+def size_notes(cfg: ScaleConfig, dims: ScaleDims, tp: int = 1) -> list[str]:
+    """One line per default size that is not the plain quarter of the base (what was picked, and
+    why), for callers to print beside the geometry; empty where the quarter rule held."""
+    notes = []
+    if cfg.hidden_up is None and dims.hidden_up != dims.hidden // 4:
+        notes.append(f"hidden_up (--scale-hidden-up) = {dims.hidden_up}: d/4 = {dims.hidden}/4 rounds to 0")
+    if cfg.heads_up is None and cfg.groups_up is None:
+        ratio = dims.heads // dims.groups
+        quarter = (dims.heads // 4, max(1, dims.heads // 4 // ratio))
+        if (dims.heads_up, dims.groups_up) != quarter:
+            notes.append(
+                f"heads_up, groups_up (--scale-heads-up, --scale-groups-up) = {dims.heads_up}, {dims.groups_up}: "
+                f"h/4 = {dims.heads}/4 = {dims.heads / 4:g} heads is not a whole number of KV groups of {ratio} "
+                f"heads (the base GQA ratio {dims.heads}/{dims.groups}) divisible by the tensor-parallel size {tp}; "
+                f"the nearest such geometry is {dims.groups_up} group(s) of {ratio}")
+    if cfg.ffn_up is None and dims.ffn_up != dims.ffn // 4:
+        notes.append(f"ffn_up (--scale-ffn-up) = {dims.ffn_up}: f/4 = {dims.ffn}/4 = {dims.ffn / 4:g} is not a "
+                     f"positive multiple of the tensor-parallel size {tp}; the nearest one")
+    return notes
+
+
 def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     d = int(getattr(base, "hidden_size"))
     h = int(getattr(base, "num_attention_heads"))
@@ -187,28 +260,33 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     if getattr(base, "normalization", "RMSNorm") != "RMSNorm":
         raise ScaleConfigError("base TransformerConfig.normalization must be 'RMSNorm' (split RMSNorm)")
 
-    d_up = d // 4 if cfg.hidden_up is None else cfg.hidden_up
-    h_up = h // 4 if cfg.heads_up is None else cfg.heads_up
-    f_up = f // 4 if cfg.ffn_up is None else cfg.ffn_up
-    ratio = h // g
-    g_up = cfg.groups_up if cfg.groups_up is not None else max(1, h_up // ratio)
-    for name, value in (("hidden_up", d_up), ("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    if tp < 1:
+        raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
+    for name in ("hidden_up", "heads_up", "groups_up", "ffn_up"):
+        value = getattr(cfg, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise _fail(name, f"must be a positive integer, got {value!r}")
+    ratio = h // g
+    d_up = max(1, d // 4) if cfg.hidden_up is None else cfg.hidden_up
+    h_up, g_up = _heads_and_groups(cfg, h, ratio, tp)
+    f_up = cfg.ffn_up
+    if f_up is None:  # f/4 where it is a positive multiple of TP (unchanged), else the nearest one
+        f_up = f // 4 if f // 4 > 0 and (f // 4) % tp == 0 else _nearest_multiples(f / 4, tp)[0]
     if h_up % g_up or h_up // g_up != ratio:
         raise _fail(
             "groups_up",
             f"heads_up/groups_up = {h_up}/{g_up} must equal the base GQA ratio "
-            f"heads/groups = {h}/{g} = {ratio}",
+            f"heads/groups = {h}/{g} = {ratio}; nearest valid: {_head_choices_text(h_up, ratio, tp)}",
         )
-    if tp < 1:
-        raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
-    for name, value in (("hidden_up", d_up), ("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
-        if name != "hidden_up" and value % tp:
+    for name, value in (("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
+        if value % tp:
+            nearest = (_head_choices_text(h_up if name == "heads_up" else g_up * ratio, ratio, tp)
+                       if name != "ffn_up" else " or ".join(f"--scale-ffn-up {v}" for v in _nearest_multiples(value, tp)))
             raise _fail(
                 name,
                 f"{value} is not divisible by the tensor-parallel size {tp} "
-                "(--tensor-model-parallel-size); each rank holds an equal share of the new units",
+                "(--tensor-model-parallel-size); each rank holds an equal share of the new units; "
+                f"nearest valid: {nearest}",
             )
     for name, value in (("num_attention_heads", h), ("num_query_groups", g), ("ffn_hidden_size", f)):
         if value % tp:
@@ -225,7 +303,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     if out_of_range:
         raise _fail("adapt_layers", f"layers {out_of_range} are outside 0..{layers - 1}")
     collaborate = cfg.variant == "adapt" or (cfg.variant == "route" and cfg.route_adapt)
-    return ScaleDims(
+    dims = ScaleDims(
         num_layers=layers,
         hidden=d,
         hidden_up=d_up,
@@ -245,3 +323,6 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         router_statistic=cfg.router_statistic,
         seed=cfg.seed,
     )
+    for note in size_notes(cfg, dims, tp):
+        _log.info("SCALE default size: %s", note)
+    return dims

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from megatron_scale.config import ScaleConfig, ScaleConfigError
+from megatron_scale.config import ScaleConfig, ScaleConfigError, size_notes
 from tests import _tiny
 
 
@@ -95,3 +95,66 @@ def test_refused_before_any_model_is_built(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(ScaleConfigError, match="groups_up"):
         builder.build_scale_gpt(_base(), ScaleConfig(heads_up=4, groups_up=3), vocab_size=_tiny.VOCAB,
                                 max_sequence_length=_tiny.SEQ)
+
+
+# SmolLM2-135M's attention: 9 query heads over 3 KV groups (ratio 3); h/4 = 2.25 is no whole group
+SMOL = {"num_attention_heads": 9, "num_query_groups": 3, "hidden_size": 576, "ffn_hidden_size": 1536,
+        "kv_channels": 64}
+
+
+@pytest.mark.parametrize(("base", "tp", "picked"), [
+    (SMOL, 1, (3, 1)),                                               # 2.25 heads -> one group of 3
+    (SMOL, 3, (9, 3)),                                               # groups divisible by TP 3
+    ({}, 4, (8, 4)),                                                 # tiny base (16/8): 2 groups over 4 ranks -> 4
+    ({"num_attention_heads": 24, "num_query_groups": 8}, 4, (12, 4)),  # Llama-3.2-3B's ratio 3 at TP 4
+])
+def test_defaults_pick_the_nearest_valid_geometry(base: dict, tp: int, picked: tuple[int, int]) -> None:
+    cfg = ScaleConfig()
+    dims = cfg.resolve(_base(tensor_model_parallel_size=tp, **base), tp)
+    assert (dims.heads_up, dims.groups_up) == picked
+    assert dims.heads_up // dims.groups_up == dims.heads // dims.groups
+    assert dims.groups_up % tp == 0 and dims.ffn_up % tp == 0
+    notes = size_notes(cfg, dims, tp)
+    assert len(notes) == 1 and "--scale-heads-up" in notes[0] and f"= {picked[0]}, {picked[1]}" in notes[0], notes
+
+
+@pytest.mark.parametrize(("base", "tp"), [({}, 1), ({}, 2), ({"num_attention_heads": 32, "num_query_groups": 8}, 1),
+                                          ({"num_attention_heads": 8, "num_query_groups": 4}, 1)])
+def test_defaults_unchanged_where_the_quarter_rule_works(base: dict, tp: int) -> None:
+    cfg = ScaleConfig()
+    b = _base(tensor_model_parallel_size=tp, **base)
+    dims = cfg.resolve(b, tp)
+    h = b.num_attention_heads
+    assert (dims.hidden_up, dims.heads_up, dims.groups_up, dims.ffn_up) == (
+        b.hidden_size // 4, h // 4, max(1, h // 4 // (h // b.num_query_groups)), b.ffn_hidden_size // 4)
+    assert size_notes(cfg, dims, tp) == []
+
+
+def test_ffn_default_rounds_to_a_multiple_of_tp() -> None:
+    cfg = ScaleConfig()
+    dims = cfg.resolve(_base(tensor_model_parallel_size=2, ffn_hidden_size=132), 2)  # f/4 = 33
+    assert dims.ffn_up == 32 and any("--scale-ffn-up" in n for n in size_notes(cfg, dims, 2))
+
+
+def test_one_size_given_completes_the_other_at_the_gqa_ratio() -> None:
+    dims = ScaleConfig(groups_up=2).resolve(_base(**SMOL))
+    assert (dims.heads_up, dims.groups_up) == (6, 2)
+    dims = ScaleConfig(heads_up=6).resolve(_base(**SMOL))
+    assert (dims.heads_up, dims.groups_up) == (6, 2)
+
+
+@pytest.mark.parametrize(("settings", "tp", "named", "nearest"), [
+    ({"heads_up": 2}, 1, "heads_up", "--scale-heads-up 3 --scale-groups-up 1"),
+    ({"heads_up": 4}, 1, "heads_up", "--scale-heads-up 3 --scale-groups-up 1 or --scale-heads-up 6 --scale-groups-up 2"),
+    ({"heads_up": 3}, 3, "heads_up", "--scale-heads-up 9 --scale-groups-up 3"),
+    ({"groups_up": 2}, 3, "groups_up", "--scale-heads-up 9 --scale-groups-up 3"),
+    ({"heads_up": 6, "groups_up": 3}, 1, "groups_up", "--scale-heads-up 6 --scale-groups-up 2"),
+    ({"ffn_up": 100}, 3, "ffn_up", "--scale-ffn-up 99 or --scale-ffn-up 102"),
+])
+def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp: int, named: str,
+                                                              nearest: str) -> None:
+    with pytest.raises(ScaleConfigError) as err:
+        ScaleConfig(**settings).resolve(_base(tensor_model_parallel_size=tp, **SMOL), tp)
+    message = str(err.value)
+    flag = "--scale-" + named.replace("_", "-")
+    assert message.startswith(f"ScaleConfig.{named} ({flag}):") and f"nearest valid: {nearest}" in message, message

