@@ -28,9 +28,9 @@ from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import SafetensorsReader
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.convert.llama import build_llama_gpt
-from megatron_scale.convert.megatron_io import MODEL_ARGS
 from megatron_scale.convert.model_args import ConversionError, LlamaArgs, read_hf_config
 from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.records import MODEL_ARGS
 
 # HF tensors that carry no weights megatron-core needs (recomputed buffers).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

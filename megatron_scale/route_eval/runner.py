@@ -83,8 +83,9 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
 
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, *, device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
-    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.model.builder import set_router_default
+    from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
     set_router_default(model, tau, statistic)

@@ -53,9 +53,10 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.convert.llama import build_model
-    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head, output_layers
+    from megatron_scale.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
     init_distributed(1, 1, device="cpu")
