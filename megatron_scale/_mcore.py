@@ -36,15 +36,9 @@ _check_version()
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
 from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
-from megatron.core.dist_checkpointing.mapping import (
-    ShardedStateDict,
-    ShardedTensorFactory,
-    apply_factories,
-    apply_factory_merges,
-)
+from megatron.core.dist_checkpointing.mapping import ShardedTensorFactory, apply_factories
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.blended_dataset import BlendedDataset
 from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
 from megatron.core.distributed import (
     DistributedDataParallel,
@@ -55,17 +49,9 @@ from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
-from megatron.core.models.common.embeddings.language_model_embedding import (
-    LanguageModelEmbedding,
-)
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-from megatron.core.process_groups_config import ProcessGroupCollection
-from megatron.core.tensor_parallel.layers import (
-    ColumnParallelLinear,
-    RowParallelLinear,
-    VocabParallelEmbedding,
-)
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.tensor_parallel.mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -92,16 +78,10 @@ from megatron.core.transformer.transformer_layer import (
     get_transformer_layer_offset,
 )
 from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
-from megatron.core.utils import (
-    get_pg_rank,
-    get_pg_size,
-    make_sharded_tensor_for_checkpoint,
-    make_tp_sharded_tensor_for_checkpoint,
-)
+from megatron.core.utils import get_pg_rank, get_pg_size
 
 __all__ = [
     "MCORE_VERSION",
-    "BlendedDataset",
     "BlendedMegatronDatasetBuilder",
     "GPTDataset",
     "GPTDatasetConfig",
@@ -117,15 +97,12 @@ __all__ = [
     "DotProductAttention",
     "GPTModel",
     "IdentityOp",
-    "LanguageModelEmbedding",
     "MLPSubmodules",
     "OptimizerConfig",
     "ModuleSpec",
-    "ProcessGroupCollection",
     "RowParallelLinear",
     "SelfAttention",
     "SelfAttentionSubmodules",
-    "ShardedStateDict",
     "ShardedObject",
     "ShardedTensor",
     "ShardedTensorFactory",
@@ -133,10 +110,8 @@ __all__ = [
     "TransformerConfig",
     "TransformerLayer",
     "TransformerLayerSubmodules",
-    "VocabParallelEmbedding",
     "VocabUtility",
     "apply_factories",
-    "apply_factory_merges",
     "apply_swiglu_sharded_factory",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
@@ -152,9 +127,7 @@ __all__ = [
     "get_pg_rank",
     "get_pg_size",
     "get_transformer_layer_offset",
-    "make_sharded_tensor_for_checkpoint",
     "make_sharded_tensors_for_checkpoint",
-    "make_tp_sharded_tensor_for_checkpoint",
     "model_parallel_cuda_manual_seed",
     "parallel_state",
     "reduce_from_tensor_model_parallel_region",

@@ -1,7 +1,7 @@
 """SCALE model checkpoints in megatron-core's distributed format (dist_checkpointing, torch_dist).
 
 A checkpoint saved at one TP/PP layout loads at another. Beside the tensors it records, in the
-checkpoint's common state:
+checkpoint's common state (records.py reads and names them):
     scale.frozen_digest   digest of the frozen tensors (model/digest.py), verified at every load
     scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
                           of another geometry stops with a message naming the first differing field.
@@ -10,6 +10,8 @@ checkpoint's common state:
                           written before router_statistic existed lack it: cosine)
     scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
                           or the presence of adapters, differ from the model's
+The model's sharded state dict is built once per save and once per load; the digest is taken
+from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
 the model's sharded state dict, since the optimizer's entries are built from it.
 Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
@@ -21,6 +23,7 @@ A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the new
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from collections.abc import Callable
@@ -33,11 +36,13 @@ from torch import nn
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
+from megatron_scale.model.state import tree_map
+from megatron_scale.records import CheckpointError, model_records, read_records, scale_record
 
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used with this model; the message names the directory."""
-
+__all__ = [
+    "CheckpointError", "check_lora_record", "is_scale_checkpoint", "iteration_dir", "latest_iteration_dir",
+    "load_checkpoint", "read_scale_record", "save_checkpoint",
+]
 
 Extra = Callable[[dict], dict] | None
 MARKER = "latest_checkpointed_iteration.txt"
@@ -61,37 +66,49 @@ def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
     return path
 
 
-def _dims_record(model: nn.Module) -> dict[str, Any] | None:
-    dims = getattr(model, "scale_dims", None)
-    return None if dims is None else dims.to_record()
+def _first_difference(
+    mine: dict[str, Any], theirs: dict[str, Any], skip: tuple[str, ...] = ()
+) -> tuple[str, Any, Any] | None:
+    """(field, checkpoint's value, model's value) at the first field of `mine` that differs."""
+    for field, value in mine.items():
+        if field not in skip and theirs.get(field) != value:
+            return field, theirs.get(field), value
+    return None
 
 
-def _lora_record(model: nn.Module) -> dict[str, Any] | None:
-    settings = getattr(model, "lora_settings", None)
-    return None if settings is None else settings.record()
-
-
-def _check_lora(model: nn.Module, record: dict[str, Any], directory: str | os.PathLike) -> None:
-    mine, theirs = _lora_record(model), record.get("lora")
+def _check_lora(model: nn.Module, theirs: dict[str, Any] | None, directory: str | os.PathLike) -> None:
+    mine = model_records(model)[1]
     if (mine is None) != (theirs is None):
         kind = {True: "no LoRA adapters", False: "LoRA adapters"}
         raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model has {kind[mine is None]}")
-    for field, value in (mine or {}).items():
-        if theirs.get(field) != value:  # type: ignore[union-attr]
-            raise CheckpointError(
-                f"{directory}: LoRA settings differ at '{field}': checkpoint {theirs.get(field)!r}, "  # type: ignore[union-attr]
-                f"model {value!r} (--lora-{field})"
-            )
+    differ = _first_difference(mine or {}, theirs or {})
+    if differ is not None:
+        field, was, value = differ
+        raise CheckpointError(
+            f"{directory}: LoRA settings differ at '{field}': checkpoint {was!r}, model {value!r} (--lora-{field})"
+        )
+
+
+def _check_dims(model: nn.Module, theirs: Any, directory: str | os.PathLike) -> None:
+    mine = model_records(model)[0]
+    if (mine is None) != (theirs is None):
+        kind = {True: "a plain GPT model", False: "a SCALE model"}
+        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
+    if mine is None:
+        return
+    # the router's settings are recorded as the checkpoint's default, not geometry
+    differ = _first_difference(mine.to_record(), theirs.to_record(), skip=ROUTER_SETTINGS)
+    if differ is not None:
+        field, was, value = differ
+        raise CheckpointError(f"{directory}: SCALE geometry differs at '{field}': checkpoint {was!r}, model {value!r}")
 
 
 def check_lora_record(model: nn.Module, directory: str | os.PathLike) -> None:
     """Refuse a megatron-scale checkpoint whose LoRA rank/alpha (or their absence) differ from
     `model`'s. Checkpoints without a megatron-scale record are not checked."""
-    try:
-        record = read_scale_record(directory)
-    except CheckpointError:
-        return
-    _check_lora(model, record, directory)
+    records = read_records(directory, required=False)
+    if records is not None and records.scale is not None:
+        _check_lora(model, records.lora, directory)
 
 
 def _rank() -> int:
@@ -116,9 +133,7 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     _barrier()
     state = model.sharded_state_dict()  # type: ignore[operator]
     more = extra(state) if extra else {}
-    state["scale"] = {"frozen_digest": frozen_base_digest(model), "dims": _dims_record(model)}
-    if _lora_record(model) is not None:
-        state["scale"]["lora"] = _lora_record(model)
+    state["scale"] = scale_record(model, frozen_base_digest(model, sharded=state))
     state.update(more)
     mc.dist_checkpointing.save(
         state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
@@ -131,56 +146,45 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
 
 
 def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
-    """The `scale` record of a checkpoint (digest and geometry), without loading tensors."""
-    path = Path(directory)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint directory {path} does not exist")
-    if (path / "common.pt").exists():
-        raise CheckpointError(f"{path}: legacy checkpoint with a pickled common.pt; refusing to unpickle it")
-    common = mc.dist_checkpointing.load_common_state_dict(str(path))
-    if "scale" not in common:
-        raise CheckpointError(f"{path} is not a megatron-scale checkpoint (no 'scale' record)")
-    return common["scale"]
+    """The `scale` record of a checkpoint (digest and geometry) as saved, without loading tensors
+    (records.read_records gives it typed)."""
+    scale = read_records(directory).scale
+    if scale is None:
+        raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
+    return scale
 
 
 def is_scale_checkpoint(directory: str | os.PathLike) -> bool:
-    """Whether `directory` holds a SCALE model (a megatron-scale checkpoint with a geometry)."""
-    try:
-        return read_scale_record(directory).get("dims") is not None
-    except CheckpointError:
-        return False
+    """Whether `directory` holds a SCALE model (a megatron-scale checkpoint with a geometry).
+    False for a directory that is no torch_dist checkpoint; the records' policy otherwise."""
+    records = read_records(directory, required=False)
+    return records is not None and records.is_scale
 
 
 def load_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None) -> dict[str, Any]:
     """Load `directory` into `model` at the model's own layout and verify the frozen base.
 
     Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
-    record = read_scale_record(directory)
-    mine, theirs = _dims_record(model), record.get("dims")
-    if (mine is None) != (theirs is None):
-        kind = {True: "a plain GPT model", False: "a SCALE model"}
-        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
-    for field, value in (mine or {}).items():
-        if field in ROUTER_SETTINGS:  # recorded as the checkpoint's default, not geometry
-            continue
-        if theirs.get(field) != value:  # type: ignore[union-attr]
-            raise CheckpointError(
-                f"{directory}: SCALE geometry differs at '{field}': checkpoint "
-                f"{theirs.get(field)!r}, model {value!r}"  # type: ignore[union-attr]
-            )
-    _check_lora(model, record, directory)
+    records = read_records(directory)
+    if records.scale is None:
+        raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
+    _check_dims(model, records.dims, directory)
+    _check_lora(model, records.lora, directory)
     sharded = model.sharded_state_dict()  # type: ignore[operator]
     model_keys = set(sharded)
+    # dist_checkpointing.load rewrites the ShardedTensors it is given (their data gains the stacked
+    # axes), so the digest keeps shallow copies; their data are still the parameters themselves.
+    model_sharded = {k: tree_map(copy.copy, v) for k, v in sharded.items()}
     sharded.update(extra(sharded) if extra else {})
     state = mc.dist_checkpointing.load(sharded, str(directory))
     # The result also carries the checkpoint's common (non-sharded) entries: hand back all but
     # the model's own.
     loaded = {k: v for k, v in state.items() if k not in model_keys and k != "scale"}
     model.load_state_dict({k: state[k] for k in model_keys}, strict=True)
-    digest = frozen_base_digest(model)
-    if digest != record["frozen_digest"]:
+    digest = frozen_base_digest(model, sharded=model_sharded)
+    if digest != records.digest:
         raise CheckpointError(
             f"{directory}: the frozen base does not match its recorded digest "
-            f"({digest[:16]}... != {record['frozen_digest'][:16]}...); the base tensors changed"
+            f"({digest[:16]}... != {str(records.digest)[:16]}...); the base tensors changed"
         )
-    return {**loaded, "scale": record}
+    return {**loaded, "scale": records.scale}

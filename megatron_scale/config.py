@@ -2,8 +2,10 @@
 
 `ScaleConfig` is what a user writes (every size optional: a quarter of the base by default).
 `ScaleDims` is the resolved, validated geometry of one model: base sizes beside expansion sizes.
-`ScaleConfig.resolve(base, tp)` is the only way to get one, and it checks every setting before any
-process group or model exists, with one message per bad setting that names it.
+`ScaleConfig.resolve(base, tp)` makes one, and it checks every setting before any process group or
+model exists, with one message per bad setting that names it. A checkpoint records the geometry as
+`ScaleDims.to_record()` and gives it back with `ScaleDims.from_record` (no ScaleConfig in between);
+`ScaleDims.check_base` then checks it against the model it is built for.
 
 Notation (scale-method.md): hidden d (+d'), query heads h (+h'), KV groups g (+g'), SwiGLU width
 f (+f'), head size k (never changes), L layers.
@@ -14,13 +16,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from megatron_scale.flags import flag
 
-VARIANTS = ("preserve", "adapt", "route")
-INITS = ("svd", "normal", "zero")
+Variant = Literal["preserve", "adapt", "route"]
+Init = Literal["svd", "normal", "zero"]
+VARIANTS: tuple[str, ...] = get_args(Variant)
+INITS: tuple[str, ...] = get_args(Init)
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
 ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
@@ -28,9 +33,6 @@ ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 ROUTER_SETTINGS = ("router_tau", "router_statistic")
 
 _log = logging.getLogger(__name__)
-
-Variant = Literal["preserve", "adapt", "route"]
-Init = Literal["svd", "normal", "zero"]
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -63,9 +65,9 @@ class ScaleConfig:
     ffn_up: int | None = field(default=None, metadata=flag("--scale-ffn-up"))
     """f': extra SwiGLU units (gate and up each). None: ffn_hidden_size // 4, or the positive
     multiple of TP nearest to it."""
-    variant: str = "preserve"
+    variant: Variant = "preserve"
     """preserve | adapt | route."""
-    init: str = field(default="svd", metadata=flag("--scale-init", choices=INITS))
+    init: Init = field(default="svd", metadata=flag("--scale-init", choices=INITS))
     """How [W21 W22] starts: svd (top singular directions of W, scaled) | normal | zero."""
     init_std: float = field(default=0.02, metadata=flag("--scale-init-std"))
     """Standard deviation of the normal init (and of W22 under svd)."""
@@ -89,15 +91,16 @@ class ScaleConfig:
         return _resolve(self, base, tensor_parallel_size)
 
     @classmethod
-    def from_record(cls, dims: dict[str, Any]) -> ScaleConfig:
-        """The settings that resolve to a checkpoint's recorded geometry (`scale.dims`)."""
-        adapt_layers = tuple(sorted(dims.get("adapt_layers") or ()))
+    def from_dims(cls, dims: ScaleDims) -> ScaleConfig:
+        """The settings that resolve to `dims` (a checkpoint's geometry) on its base: what a run
+        from that checkpoint takes for the --scale-* flags it was not given."""
+        adapt_layers = tuple(sorted(dims.adapt_layers))
         return cls(
-            hidden_up=dims["hidden_up"], heads_up=dims["heads_up"], groups_up=dims["groups_up"],
-            ffn_up=dims["ffn_up"], variant=dims["variant"], init=dims["init"], init_std=dims["init_std"],
-            adapt_layers=adapt_layers, adapt_modules=tuple(sorted(dims.get("adapt_modules") or ("qkv", "proj"))),
-            route_adapt=dims["variant"] == "route" and bool(adapt_layers), router_tau=dims["router_tau"],
-            router_statistic=dims.get("router_statistic", "cosine"), seed=dims["seed"],
+            hidden_up=dims.hidden_up, heads_up=dims.heads_up, groups_up=dims.groups_up, ffn_up=dims.ffn_up,
+            variant=dims.variant, init=dims.init, init_std=dims.init_std, adapt_layers=adapt_layers,
+            adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
+            route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
+            router_statistic=dims.router_statistic, seed=dims.seed,
         )
 
 
@@ -115,8 +118,8 @@ class ScaleDims:
     head_dim: int
     ffn: int
     ffn_up: int
-    variant: str
-    init: str
+    variant: Variant
+    init: Init
     init_std: float
     adapt_layers: frozenset[int] = field(default_factory=frozenset)
     adapt_modules: frozenset[str] = field(default_factory=frozenset)
@@ -132,6 +135,36 @@ class ScaleDims:
         """The checkpoint's `scale.dims` record: these fields, sets as sorted lists (JSON-like)."""
         rec = dataclasses.asdict(self)
         return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
+        """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
+        before router_statistic existed lacks it: cosine. Any other missing or unknown key is one
+        ScaleConfigError naming `where` (the checkpoint and its record)."""
+        given = {"router_statistic": "cosine", **record}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown, missing = sorted(set(given) - names), sorted(names - set(given))
+        if unknown or missing:
+            problems = ([f"unknown key(s) {unknown}"] if unknown else []) + (
+                [f"missing key(s) {missing}"] if missing else [])
+            raise ScaleConfigError(f"{where}: not a SCALE geometry record ({'; '.join(problems)})")
+        given["adapt_layers"] = frozenset(given["adapt_layers"])
+        given["adapt_modules"] = frozenset(given["adapt_modules"])
+        return cls(**given)
+
+    def check_base(self, base: object, tensor_parallel_size: int = 1) -> None:
+        """Refuse a base TransformerConfig-like object this geometry was not resolved against, or a
+        tensor-parallel size that does not split it evenly (the checks `ScaleConfig.resolve` makes,
+        for a geometry read back from a checkpoint)."""
+        _check_architecture(base)
+        for name, value in _base_sizes(base).items():
+            if getattr(self, name) != value:
+                raise ScaleConfigError(
+                    f"ScaleDims.{name}={getattr(self, name)} does not match the base model's {value}"
+                )
+        ups = {"hidden_up": self.hidden_up, "heads_up": self.heads_up, "groups_up": self.groups_up,
+               "ffn_up": self.ffn_up}
+        _check_tp(tensor_parallel_size, ups, _base_sizes(base))
 
     def adapts(self, layer: int, module: str) -> bool:
         """Whether W12 exists (trainable, zero-initialised) in `module` of 0-based `layer`."""
@@ -238,18 +271,19 @@ def size_notes(cfg: ScaleConfig, dims: ScaleDims, tp: int = 1) -> list[str]:
     return notes
 
 
-def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
+def _base_sizes(base: object) -> dict[str, int]:
+    """The base sizes a ScaleDims records, read from a TransformerConfig-like object."""
     d = int(getattr(base, "hidden_size"))
     h = int(getattr(base, "num_attention_heads"))
-    g = int(getattr(base, "num_query_groups", None) or h)
-    k = int(getattr(base, "kv_channels", None) or d // h)
-    f = int(getattr(base, "ffn_hidden_size"))
-    layers = int(getattr(base, "num_layers"))
-    if cfg.variant not in VARIANTS:
-        raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
-    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic")
-    if cfg.init not in INITS:
-        raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
+    return {
+        "num_layers": int(getattr(base, "num_layers")), "hidden": d, "heads": h,
+        "groups": int(getattr(base, "num_query_groups", None) or h),
+        "head_dim": int(getattr(base, "kv_channels", None) or d // h),
+        "ffn": int(getattr(base, "ffn_hidden_size")),
+    }
+
+
+def _check_architecture(base: object) -> None:
     if not getattr(base, "gated_linear_unit", True):
         raise ScaleConfigError("base TransformerConfig.gated_linear_unit must be True (SwiGLU FFN)")
     if getattr(base, "add_bias_linear", False) or getattr(base, "add_qkv_bias", False):
@@ -260,6 +294,35 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     if getattr(base, "normalization", "RMSNorm") != "RMSNorm":
         raise ScaleConfigError("base TransformerConfig.normalization must be 'RMSNorm' (split RMSNorm)")
 
+
+def _check_tp(tp: int, ups: dict[str, int], base: dict[str, int]) -> None:
+    """Every rank holds an equal share of the base and of the new units (ups: the *_up sizes)."""
+    if tp < 1:
+        raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
+    for name, value in ups.items():
+        if name != "hidden_up" and value % tp:
+            raise _fail(
+                name,
+                f"{value} is not divisible by the tensor-parallel size {tp} "
+                "(--tensor-model-parallel-size); each rank holds an equal share of the new units",
+            )
+    for name, value in (("num_attention_heads", base["heads"]), ("num_query_groups", base["groups"]),
+                        ("ffn_hidden_size", base["ffn"])):
+        if value % tp:
+            raise ScaleConfigError(
+                f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
+            )
+
+
+def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
+    sizes = _base_sizes(base)
+    d, h, g, f, layers = sizes["hidden"], sizes["heads"], sizes["groups"], sizes["ffn"], sizes["num_layers"]
+    if cfg.variant not in VARIANTS:
+        raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
+    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic")
+    if cfg.init not in INITS:
+        raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
+    _check_architecture(base)
     if tp < 1:
         raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
     for name in ("hidden_up", "heads_up", "groups_up", "ffn_up"):
@@ -288,11 +351,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
                 "(--tensor-model-parallel-size); each rank holds an equal share of the new units; "
                 f"nearest valid: {nearest}",
             )
-    for name, value in (("num_attention_heads", h), ("num_query_groups", g), ("ffn_hidden_size", f)):
-        if value % tp:
-            raise ScaleConfigError(
-                f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
-            )
+    _check_tp(tp, {"hidden_up": d_up, "heads_up": h_up, "groups_up": g_up, "ffn_up": f_up}, sizes)
     if not 0 <= cfg.init_std:
         raise _fail("init_std", f"must be >= 0, got {cfg.init_std}")
     bad = [m for m in cfg.adapt_modules if m not in ADAPT_MODULES]
@@ -304,15 +363,10 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         raise _fail("adapt_layers", f"layers {out_of_range} are outside 0..{layers - 1}")
     collaborate = cfg.variant == "adapt" or (cfg.variant == "route" and cfg.route_adapt)
     dims = ScaleDims(
-        num_layers=layers,
-        hidden=d,
+        **sizes,
         hidden_up=d_up,
-        heads=h,
         heads_up=h_up,
-        groups=g,
         groups_up=g_up,
-        head_dim=k,
-        ffn=f,
         ffn_up=f_up,
         variant=cfg.variant,
         init=cfg.init,

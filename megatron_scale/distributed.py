@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -88,3 +89,10 @@ def destroy_distributed() -> None:
     mc.parallel_state.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for MASTER_PORT of ranks spawned on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

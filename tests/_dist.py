@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch.multiprocessing as mp
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from megatron_scale.distributed import free_port
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any) -> None:
@@ -49,7 +44,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: 
     """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
         ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results))

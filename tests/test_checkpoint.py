@@ -115,15 +115,21 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["other_router_loads"] = torch.equal(_logits(other.train()), _logits(back.train()))
     res["router_record"] = (rec["router_tau"], rec["router_statistic"], other.output_layer.tau)
     # a checkpoint written before router_statistic existed (its record lacks it) loads
-    import megatron_scale.checkpoint as ckpt_mod
+    from megatron_scale.config import ScaleDims
+    from megatron_scale.records import read_records
 
-    recorder = ckpt_mod._dims_record
-    ckpt_mod._dims_record = lambda m: {k: v for k, v in (recorder(m) or {}).items() if k != "router_statistic"}
+    to_record = ScaleDims.to_record
+    ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k != "router_statistic"}  # type: ignore[method-assign]
     try:
         save_checkpoint(back, root / "old_record")
     finally:
-        ckpt_mod._dims_record = recorder
+        ScaleDims.to_record = to_record  # type: ignore[method-assign]
     res["old_record_loads"] = "router_statistic" not in load_checkpoint(_build(2), root / "old_record")["scale"]["dims"]
+    # the typed records: the geometry as the model has it (an old record's statistic: cosine)
+    records = read_records(root / "tp1")
+    res["records"] = (records.dims == back.scale_dims, records.is_scale, isinstance(records.digest, str),
+                      records.model_args, records.lora, records.train_state)
+    res["old_records_dims"] = read_records(root / "old_record").dims == back.scale_dims
     res["existing_target"] = refused(lambda: save_checkpoint(back, root / "tp1"))
     res["other_geometry"] = refused(lambda: load_checkpoint(_build(2, hidden_up=32), root / "tp1"))
     dist.barrier()  # every rank has finished reading tp1 before rank 0 tampers with its files
@@ -158,6 +164,33 @@ def test_refusals_name_the_problem(results: list) -> None:
         assert r["other_router_loads"]
         assert r["router_record"] == (0.5, "cosine", 0.9)
         assert r["old_record_loads"]
+        assert r["records"] == (True, True, True, None, None, None)
+        assert r["old_records_dims"]
         assert "hidden_up" in r["other_geometry"]
         assert "common.pt" in r["legacy"]
         assert "digest" in r["tampered"]
+
+
+def test_one_record_policy(tmp_path: Path) -> None:
+    """records.read_records: a missing directory and a legacy pickled common.pt are refused by
+    name; a directory that is no torch_dist checkpoint is refused, or None where the caller asks."""
+    from megatron_scale.checkpoint import CheckpointError, check_lora_record, is_scale_checkpoint, read_scale_record
+    from megatron_scale.records import read_records
+
+    with pytest.raises(CheckpointError, match=r"nope does not exist"):
+        read_records(tmp_path / "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
+        read_records(tmp_path / "plain")
+    assert read_records(tmp_path / "plain", required=False) is None
+    assert not is_scale_checkpoint(tmp_path / "plain")
+    check_lora_record(torch.nn.Linear(1, 1), tmp_path / "plain")  # nothing recorded: nothing to check
+    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
+        read_scale_record(tmp_path / "plain")
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "common.pt").write_bytes(b"not a pickle")
+    for required in (True, False):
+        with pytest.raises(CheckpointError, match=r"legacy: legacy checkpoint with a pickled common.pt"):
+            read_records(tmp_path / "legacy", required=required)
+    with pytest.raises(CheckpointError, match=r"common.pt"):
+        is_scale_checkpoint(tmp_path / "legacy")

@@ -158,3 +158,37 @@ def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp
     message = str(err.value)
     flag = "--scale-" + named.replace("_", "-")
     assert message.startswith(f"ScaleConfig.{named} ({flag}):") and f"nearest valid: {nearest}" in message, message
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"variant": "adapt", "adapt_layers": (1, 3), "adapt_modules": ("fc1", "qkv")},
+    {"variant": "route", "route_adapt": True, "router_tau": 0.7, "router_statistic": "max-prob", "seed": 7},
+])
+def test_record_round_trip(settings: dict) -> None:
+    """ScaleDims.to_record / from_record give back the same geometry; a record written before
+    router_statistic existed reads as cosine; a missing or unknown key is one error naming where."""
+    from megatron_scale.config import ScaleDims
+
+    dims = ScaleConfig(**settings).resolve(_base(), 2)
+    record = dims.to_record()
+    assert ScaleDims.from_record(record, where="ckpt") == dims
+    old = {k: v for k, v in record.items() if k != "router_statistic"}
+    assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
+    with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
+        ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
+    with pytest.raises(ScaleConfigError, match=r"^ckpt: .*unknown key\(s\) \['extra'\]"):
+        ScaleDims.from_record({**record, "extra": 1}, where="ckpt")
+
+
+def test_recorded_geometry_is_checked_against_its_base() -> None:
+    from megatron_scale.model.builder import build_scale_gpt
+
+    dims = ScaleConfig().resolve(_base(), 1)
+    dims.check_base(_base(), 1)
+    with pytest.raises(ScaleConfigError, match=r"ScaleDims.ffn=.* does not match the base model's"):
+        dims.check_base(_base(ffn_hidden_size=2 * _tiny.FFN))
+    with pytest.raises(ScaleConfigError, match=r"heads_up.*not divisible by the tensor-parallel size 3"):
+        dims.check_base(_base(), 3)
+    with pytest.raises(ScaleConfigError, match=r"ScaleDims.hidden="):
+        build_scale_gpt(_base(hidden_size=2 * _tiny.HIDDEN), dims, vocab_size=_tiny.VOCAB,
+                        max_sequence_length=_tiny.SEQ)

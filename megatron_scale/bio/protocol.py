@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import os
 import random
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
-from megatron_scale.distributed import destroy_distributed
+from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.training.config import (
     DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
 )
@@ -80,15 +79,9 @@ class Settings:
             raise ValueError("--eval-interval must be at least 1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _single_process_env() -> None:
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(_free_port())})
+                       "MASTER_PORT": str(free_port())})
 
 
 def base_config(s: Settings, tokenizer: str) -> TrainConfig:

@@ -1,18 +1,8 @@
-"""The Hugging Face Llama <-> megatron-core key map, as one declarative table.
+"""The Hugging Face Llama <-> megatron-core key map, from the one key table (model/keys.py).
 
 megatron-core checkpoint keys are global and stack the layers on a leading axis
-(`decoder.layers.<name>` [L, ...]); HF keys are per layer (`model.layers.<i>.<name>`):
-
-    megatron-core (checkpoint key)                  HF LlamaForCausalLM                 how
-    embedding.word_embeddings.weight                model.embed_tokens.weight           copy
-    decoder.layers.self_attention.linear_qkv.layer_norm_weight   input_layernorm.weight copy
-    decoder.layers.self_attention.linear_qkv.weight q_proj, k_proj, v_proj              merge_qkv
-    decoder.layers.self_attention.linear_proj.weight  o_proj                            copy
-    decoder.layers.mlp.linear_fc1.layer_norm_weight post_attention_layernorm.weight     copy
-    decoder.layers.mlp.linear_fc1.weight            gate_proj, up_proj                  [gate; up]
-    decoder.layers.mlp.linear_fc2.weight            down_proj                           copy
-    decoder.final_layernorm.weight                  model.norm.weight                   copy
-    output_layer.weight                             lm_head.weight  (absent when tied)  copy
+(`decoder.layers.<name>` [L, ...]); HF keys are per layer (`model.layers.<i>.<name>`). The table,
+with how each megatron-core tensor is made of its HF tensors, is `model/keys.py:BASE`.
 
 The norms: megatron-core's local spec builds `input_layernorm` / `pre_mlp_layernorm` modules
 but maps them to the `linear_qkv.layer_norm_` / `linear_fc1.layer_norm_` checkpoint keys (its
@@ -23,42 +13,20 @@ linear_qkv is interleaved per query group (model/layout.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 
 from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.keys import BASE, HF_LAYER, LAYERS, OUTPUT, Entry
 from megatron_scale.model.layout import merge_qkv, split_gate_up, split_qkv
 
-LAYERS = "decoder.layers."
-HF_LAYER = "model.layers.{}."
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One megatron-core tensor and the HF tensors it is made of."""
-
-    megatron: str
-    hf: tuple[str, ...]
-    how: str  # copy | qkv | gate_up
-    stacked: bool
+__all__ = ["HF_LAYER", "LAYERS", "Entry", "hf_names", "hf_shapes", "hf_to_megatron", "megatron_shapes",
+           "megatron_to_hf", "split", "table", "to_hf", "to_megatron"]
 
 
 def table(args: LlamaArgs) -> list[Entry]:
-    entries = [
-        Entry("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), "copy", False),
-        Entry(LAYERS + "self_attention.linear_qkv.layer_norm_weight", ("input_layernorm.weight",), "copy", True),
-        Entry(LAYERS + "self_attention.linear_qkv.weight",
-              ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), "qkv", True),
-        Entry(LAYERS + "self_attention.linear_proj.weight", ("self_attn.o_proj.weight",), "copy", True),
-        Entry(LAYERS + "mlp.linear_fc1.layer_norm_weight", ("post_attention_layernorm.weight",), "copy", True),
-        Entry(LAYERS + "mlp.linear_fc1.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight"), "gate_up", True),
-        Entry(LAYERS + "mlp.linear_fc2.weight", ("mlp.down_proj.weight",), "copy", True),
-        Entry("decoder.final_layernorm.weight", ("model.norm.weight",), "copy", False),
-    ]
-    if not args.tied:
-        entries.append(Entry("output_layer.weight", ("lm_head.weight",), "copy", False))
-    return entries
+    """The base tensors of this model (no output layer when it is tied to the embedding)."""
+    return [e for e in BASE if not (args.tied and e.megatron == OUTPUT)]
 
 
 def hf_names(entry: Entry, layer: int | None) -> tuple[str, ...]:
@@ -75,13 +43,19 @@ def to_megatron(entry: Entry, parts: tuple[torch.Tensor, ...], args: LlamaArgs) 
     return parts[0]
 
 
-def to_hf(entry: Entry, tensor: torch.Tensor, args: LlamaArgs) -> tuple[torch.Tensor, ...]:
-    """The megatron-core tensor (one layer) -> its HF tensors."""
-    if entry.how == "qkv":
-        return split_qkv(tensor, args.num_query_groups, args.kv_channels)
-    if entry.how == "gate_up":
+def split(how: str, tensor: torch.Tensor, groups: int, head_dim: int) -> tuple[torch.Tensor, ...]:
+    """One layer's rows -> the row groups HF keeps apart (`how` of a key-table entry; `groups`:
+    the query groups the rows hold)."""
+    if how == "qkv":
+        return split_qkv(tensor, groups, head_dim)
+    if how == "gate_up":
         return split_gate_up(tensor)
     return (tensor,)
+
+
+def to_hf(entry: Entry, tensor: torch.Tensor, args: LlamaArgs) -> tuple[torch.Tensor, ...]:
+    """The megatron-core tensor (one layer) -> its HF tensors."""
+    return split(entry.how, tensor, args.num_query_groups, args.kv_channels)
 
 
 def megatron_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:

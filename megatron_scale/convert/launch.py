@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,7 @@ import torch.multiprocessing as mp
 
 from megatron_scale import _mcore as mc
 from megatron_scale.convert.hf_config import ConversionError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from megatron_scale.distributed import free_port
 
 
 def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any) -> None:
@@ -55,7 +49,7 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
         )
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out)) for r in range(world)]
     for p in procs:
         p.start()

@@ -6,8 +6,9 @@ into their base weights (`get_merged`).
 
 Each tensor is read as its global (layout-independent) value through torch.distributed.checkpoint
 with no process group: a checkpoint saved at any TP/PP reads the same, and only one tensor (all
-layers of one key) is in memory at a time. The common state gives the model arguments that
-conversion recorded (`model_args`) and the SCALE geometry (`scale.dims`).
+layers of one key) is in memory at a time. The checkpoint's records (records.py: the model
+arguments, the SCALE geometry, LoRA settings) are `records`; what records.py refuses is a
+ConversionError here.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import torch.distributed.checkpoint as dcp
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import latest_iteration_dir
-from megatron_scale.model.args import ArchitectureError, LlamaArgs
+from megatron_scale.config import ScaleDims
 from megatron_scale.convert.hf_config import ConversionError
-
-MODEL_ARGS = "model_args"
+from megatron_scale.model.args import ArchitectureError, LlamaArgs
+from megatron_scale.records import CheckpointError, read_records
 
 
 class MegatronReader:
@@ -39,12 +40,11 @@ class MegatronReader:
             self.dir = latest_iteration_dir(self.dir) or self.dir
         except ValueError as e:
             raise ConversionError(str(e)) from e
-        if (self.dir / "common.pt").exists():
-            raise ConversionError(f"{self.dir}: legacy checkpoint with a pickled common.pt; refusing to unpickle it")
-        if not (self.dir / ".metadata").is_file():
-            raise ConversionError(f"{self.dir}: not a megatron-core torch_dist checkpoint (no .metadata)")
+        try:
+            self.records = read_records(self.dir)
+        except CheckpointError as e:
+            raise ConversionError(str(e)) from e
         self.meta = mc.dist_checkpointing.load_tensors_metadata(str(self.dir))
-        self.common = mc.dist_checkpointing.load_common_state_dict(str(self.dir))
 
     def names(self) -> list[str]:
         return sorted(k for k in self.meta if not k.startswith("optimizer"))
@@ -64,13 +64,14 @@ class MegatronReader:
         return out[key]
 
     @property
-    def scale_dims(self) -> dict[str, Any] | None:
-        return (self.common.get("scale") or {}).get("dims")
+    def dims(self) -> ScaleDims | None:
+        """The SCALE geometry, or None for a plain model."""
+        return self.records.dims
 
     @property
     def lora(self) -> dict[str, Any] | None:
         """LoRA rank and alpha of a `--method lora` checkpoint, else None."""
-        return (self.common.get("scale") or {}).get("lora")
+        return self.records.lora
 
     def get_merged(self, key: str) -> torch.Tensor:
         """`get`, with the LoRA adapters beside a weight merged into it: W + (alpha / r) B A,
@@ -92,13 +93,13 @@ class MegatronReader:
             except (OSError, json.JSONDecodeError) as e:
                 raise ConversionError(f"--model-args {path}: cannot read it as JSON ({e})") from e
             return _model_args(record, f"--model-args {path}")
-        if MODEL_ARGS not in self.common:
+        if self.records.model_args is None:
             raise ConversionError(
                 f"{self.dir}: the checkpoint records no model arguments (it was not written by "
                 "convert_hf_to_megatron, upscale_checkpoint or a training run that records them); "
                 "pass --model-args FILE.json"
             )
-        return _model_args(self.common[MODEL_ARGS], f"{self.dir}: model_args")
+        return _model_args(self.records.model_args, f"{self.dir}: model_args")
 
     def check_shapes(self, expected: dict[str, tuple[int, ...]]) -> None:
         """Every expected key exists with its global shape."""

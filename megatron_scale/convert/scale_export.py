@@ -23,7 +23,6 @@ folder as a plain Llama (hf_modeling/configuration_scale_llama.py).
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,93 +31,71 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from megatron_scale.config import ScaleDims
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
 from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD
 from megatron_scale.convert.megatron_io import MegatronReader
-from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
-from megatron_scale.model.layout import split_gate_up, split_qkv
+from megatron_scale.model.args import DTYPES, LlamaArgs
+from megatron_scale.model.keys import HF_LAYER, LINEARS, UPS, W12, W21, W22, w12_layer
 
 MODELING = Path(__file__).parent / "hf_modeling"
 FILES = ("configuration_scale_llama.py", "modeling_scale_llama.py")
-L = keymap.LAYERS
-LINEARS = {  # megatron module -> (checkpoint prefix, HF names of its row groups)
-    "qkv": (L + "self_attention.linear_qkv.", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-    "proj": (L + "self_attention.linear_proj.", ("self_attn.o_proj",)),
-    "fc1": (L + "mlp.linear_fc1.", ("mlp.gate_proj", "mlp.up_proj")),
-    "fc2": (L + "mlp.linear_fc2.", ("mlp.down_proj",)),
-}
-UPS = {
-    L + "self_attention.linear_qkv.layer_norm_weight_up": "input_layernorm.weight_up",
-    L + "mlp.linear_fc1.layer_norm_weight_up": "post_attention_layernorm.weight_up",
-}
-GLOBAL_UPS = {
-    "decoder.final_layernorm.weight_up": "model.norm.weight_up",
-    "embedding.word_embeddings.weight_up": "model.embed_tokens.weight_up",
-    "output_layer.weight_up": "lm_head.weight_up",
-}
-
-
-def _split(module: str, t: torch.Tensor, groups: int, head_dim: int) -> tuple[torch.Tensor, ...]:
-    if module == "qkv":
-        return split_qkv(t, groups, head_dim)
-    if module == "fc1":
-        return split_gate_up(t)
-    return (t,)
 
 
 def w12_layers(reader: MegatronReader) -> dict[str, list[int]]:
     """Layers where each module has a W12, from the checkpoint keys."""
     found: dict[str, list[int]] = {m: [] for m in LINEARS}
     for key in reader.names():
-        for module, (prefix, _) in LINEARS.items():
-            m = re.fullmatch(re.escape(prefix) + r"weight_12\.layer(\d+)", key)
-            if m:
-                found[module].append(int(m.group(1)))
+        for module, lin in LINEARS.items():
+            layer = w12_layer(key, lin)
+            if layer is not None:
+                found[module].append(layer)
     return {m: sorted(v) for m, v in found.items()}
 
 
-def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: ScaleDims) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, tensor) for every expansion block."""
-    k = dims["head_dim"]
-    for key, name in UPS.items():
-        stacked = reader.get(key)
+    for up in UPS:
+        stacked = reader.get(up.megatron)
+        if not up.stacked:
+            yield up.hf[0], stacked
+            continue
         for i in range(args.num_layers):
-            yield keymap.HF_LAYER.format(i) + name, stacked[i]
-    for key, name in GLOBAL_UPS.items():
-        yield name, reader.get(key)
+            yield HF_LAYER.format(i) + up.hf[0], stacked[i]
     w12 = w12_layers(reader)
-    for module, (prefix, names) in LINEARS.items():
-        for block in ("weight_21", "weight_22"):
-            stacked = reader.get(prefix + block)
+    for module, lin in LINEARS.items():
+        for block in (W21, W22):
+            stacked = reader.get(lin.prefix + block)
             for i in range(args.num_layers):
-                for name, part in zip(names, _split(module, stacked[i], dims["groups_up"], k), strict=True):
-                    yield f"{keymap.HF_LAYER.format(i)}{name}.{block}", part
+                parts = keymap.split(lin.how, stacked[i], dims.groups_up, dims.head_dim)
+                for name, part in zip(lin.hf, parts, strict=True):
+                    yield f"{HF_LAYER.format(i)}{name}.{block}", part
         for i in w12[module]:
-            parts = _split(module, reader.get(f"{prefix}weight_12.layer{i}"), dims["groups"], k)
-            for name, part in zip(names, parts, strict=True):
-                yield f"{keymap.HF_LAYER.format(i)}{name}.weight_12", part
+            parts = keymap.split(lin.how, reader.get(f"{lin.prefix}{W12}.layer{i}"), dims.groups, dims.head_dim)
+            for name, part in zip(lin.hf, parts, strict=True):
+                yield f"{HF_LAYER.format(i)}{name}.{W12}", part
 
 
-def scale_hf_config(args: LlamaArgs, dims: dict[str, Any], w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
+def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
     cfg = to_hf_config(with_dtype(args, dtype))
     cfg.update(
         architectures=["ScaleLlamaForCausalLM"], model_type="llama", hidden_act=GUARD,
         auto_map={"AutoConfig": "configuration_scale_llama.ScaleLlamaConfig",
                   "AutoModelForCausalLM": "modeling_scale_llama.ScaleLlamaForCausalLM"},
         tie_word_embeddings=False, scale_tied_output=args.tied,
-        scale_hidden_up=dims["hidden_up"], scale_heads_up=dims["heads_up"], scale_groups_up=dims["groups_up"],
-        scale_ffn_up=dims["ffn_up"], scale_variant=dims["variant"], scale_router_tau=dims["router_tau"],
-        scale_router_statistic=dims.get("router_statistic", "cosine"),
+        scale_hidden_up=dims.hidden_up, scale_heads_up=dims.heads_up, scale_groups_up=dims.groups_up,
+        scale_ffn_up=dims.ffn_up, scale_variant=dims.variant, scale_router_tau=dims.router_tau,
+        scale_router_statistic=dims.router_statistic,
         scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
     )
     return cfg
 
 
-def export_scale(reader: MegatronReader, args: LlamaArgs, dims: dict[str, Any], tmp: Path, dtype: str,
+def export_scale(reader: MegatronReader, args: LlamaArgs, dims: ScaleDims, tmp: Path, dtype: str,
                  max_shard_bytes: int, progress: bool) -> ShardSummary:
-    if dims["head_dim"] != args.kv_channels or dims["hidden"] != args.hidden_size:
+    if dims.head_dim != args.kv_channels or dims.hidden != args.hidden_size:
         raise ConversionError(f"{reader.dir}: scale.dims do not match the recorded model_args")
     reader.check_shapes(keymap.megatron_shapes(args))
     out_dtype = DTYPES[dtype]

@@ -13,6 +13,7 @@ replaced only with `force`. `verify` compares the two models' logits before publ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.config import ScaleConfigError, check_router
+from megatron_scale.config import ScaleConfigError, ScaleDims, check_router
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
 from megatron_scale.convert.hf_io import (
@@ -78,28 +79,23 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
     return summary
 
 
-def router_override(dims: dict[str, Any] | None, tau: float | None, statistic: str | None,
-                    preserve_head_only: bool, where: Any) -> dict[str, Any] | None:
+def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | None,
+                    preserve_head_only: bool, where: Any) -> ScaleDims | None:
     """The recorded geometry with the router settings replaced where given (only a Route model
     exported with both heads routes)."""
     if tau is None and statistic is None:
         return dims
     flag = "--route-tau" if tau is not None else "--route-statistic"
-    if dims is None or dims["variant"] != "route" or preserve_head_only:
+    if dims is None or dims.variant != "route" or preserve_head_only:
         raise ConversionError(f"{flag}: only a SCALE-Route checkpoint exported with both heads routes; {where} "
-                              f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + ('its preservation head' if preserve_head_only else 'scale-' + dims['variant'])}")
+                              f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + ('its preservation head' if preserve_head_only else 'scale-' + dims.variant)}")
+    tau = dims.router_tau if tau is None else tau
+    statistic = dims.router_statistic if statistic is None else statistic
     try:
-        check_router(dims["router_tau"] if tau is None else tau,
-                     dims.get("router_statistic", "cosine") if statistic is None else statistic,
-                     "--route-tau", "--route-statistic")
+        check_router(tau, statistic, "--route-tau", "--route-statistic")
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
-    out = dict(dims)
-    if tau is not None:
-        out["router_tau"] = float(tau)
-    if statistic is not None:
-        out["router_statistic"] = statistic
-    return out
+    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic)
 
 
 def convert_megatron_to_hf(
@@ -114,14 +110,14 @@ def convert_megatron_to_hf(
     Route checkpoint's router default (tau, statistic) goes into config.json unless overridden."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
-    dims = router_override(reader.scale_dims, route_tau, route_statistic, preserve_head_only, reader.dir)
+    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if dims is not None and not preserve_head_only:
             summary = scale_export.export_scale(reader, args, dims, tmp, out_dtype, max_shard_bytes, progress)
-            kind = f"scale-{dims['variant']}"
+            kind = f"scale-{dims.variant}"
         else:
             if dims is not None:
                 _check_preservable(reader)

@@ -27,12 +27,12 @@ from megatron_scale.checkpoint import save_checkpoint
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import SafetensorsReader
 from megatron_scale.convert.launch import on_ranks
+from megatron_scale.convert.hf_config import ConversionError, check_parallel, read_hf_config, with_dtype
+from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
 from megatron_scale.model.methods import Full
-from megatron_scale.convert.megatron_io import MODEL_ARGS
-from megatron_scale.model.args import LlamaArgs
-from megatron_scale.convert.hf_config import ConversionError, check_parallel, read_hf_config, with_dtype
 from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.records import MODEL_ARGS
 
 # HF tensors that carry no weights megatron-core needs (recomputed buffers).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

@@ -19,24 +19,23 @@ from typing import Any
 import torch
 
 from megatron_scale.checkpoint import save_checkpoint
-from megatron_scale.config import ScaleConfig, ScaleConfigError
+from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims
 from megatron_scale.convert import keymap
 from megatron_scale.convert.launch import on_ranks
-from megatron_scale.model.build import Parallel, build_model
-from megatron_scale.model.methods import recorded_method
-from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
-from megatron_scale.model.args import LlamaArgs
 from megatron_scale.convert.hf_config import ConversionError, check_parallel
-from megatron_scale.model.state import load_global_state_dict
-from megatron_scale.upscale import upscale_state_dict
+from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.build import Parallel, build_model
+from megatron_scale.records import MODEL_ARGS
+from megatron_scale.upscale import load_upscaled
 
 
-def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: dict[str, Any], tp: int, pp: int, *,
+def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims, tp: int, pp: int, *,
                   device: torch.device) -> None:
     reader = MegatronReader(base_dir)
     base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
-    model = build_model(args, recorded_method(dims, None), Parallel(tp=tp, pp=pp)).to(device)
-    load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
+    model = build_model(args, dims, Parallel(tp=tp, pp=pp)).to(device)
+    load_upscaled(model, base)
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
 
 
@@ -46,7 +45,7 @@ def upscale_checkpoint(
 ) -> dict[str, Any]:
     """Write the SCALE checkpoint; returns a summary (geometry, parameters, layout)."""
     reader = MegatronReader(base_dir)
-    if reader.scale_dims is not None:
+    if reader.dims is not None:
         raise ConversionError(f"--load {reader.dir}: already a SCALE checkpoint; upscale its base instead")
     args = reader.model_args(model_args)
     check_parallel(args, tp, pp)
@@ -54,7 +53,7 @@ def upscale_checkpoint(
         raise ConversionError(f"--tensor-model-parallel-size {tp} does not divide vocab_size={args.vocab_size}")
     reader.check_shapes(keymap.megatron_shapes(args))
     try:
-        dims = scale.resolve(args.transformer_config(tp, pp), tp).to_record()
+        dims = scale.resolve(args.transformer_config(tp, pp), tp)
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
     out = Path(out_dir)
@@ -62,6 +61,6 @@ def upscale_checkpoint(
         raise ConversionError(f"--save {out} exists; refusing to overwrite a checkpoint")
     on_ranks(_upscale_rank, tp, pp, str(reader.dir), str(out), args, dims, tp, pp)
     base_params = sum(math.prod(reader.shape(k)) for k in keymap.megatron_shapes(args))
-    return {"output": str(out), "scale_dims": dims, "base_parameters": base_params,
+    return {"output": str(out), "scale_dims": dims.to_record(), "base_parameters": base_params,
             "tensor_parallel": tp, "pipeline_parallel": pp}
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from megatron_scale.config import ScaleDims
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.model.build import build_model
 from megatron_scale.model.methods import recorded_method
@@ -56,7 +57,7 @@ def load_fp32(model: Any, reader: MegatronReader, dtype: torch.dtype = torch.flo
     load_global_state_dict(model, {k: reader.get(k).to(dtype).float() for k in keys}, strict=True)
 
 
-def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lora: dict | None, ids: torch.Tensor,
+def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, lora: dict | None, ids: torch.Tensor,
                           head: str, dtype: torch.dtype, *, device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
     model = build_model(dataclasses.replace(args, params_dtype="float32"), recorded_method(dims, lora)).to(device).eval()
@@ -67,7 +68,7 @@ def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: dict | None, lor
         return megatron_forward(model, ids, device)
 
 
-def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: dict | None, ids: torch.Tensor, head: str = "auto",
+def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, ids: torch.Tensor, head: str = "auto",
                     lora: dict | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head, dtype)[0]
 
@@ -86,7 +87,7 @@ def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
         return model(ids.to(device)).logits.cpu()
 
 
-def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: dict | None, *, lora: dict | None = None,
+def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: ScaleDims | None, *, lora: dict | None = None,
             head: str = "auto", trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> tuple[float, float]:
     """(max |logit difference|, its tolerance) between the checkpoint, its weights rounded to the
     export `dtype`, and the exported folder. A LoRA checkpoint runs as the LoRA model it is

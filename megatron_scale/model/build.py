@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.lora import LoraSettings, init_lora_model, lora_layer_spec
@@ -73,7 +73,7 @@ def build_model(args: LlamaArgs, method: Method, parallel: Parallel = Parallel()
         fp8=fp8_config(kernels.fp8_format, kernels.fp8_recipe), num_layers=model_layers(args, method),
     )
     kwargs = args.gpt_kwargs()
-    if isinstance(method, ScaleConfig):
+    if isinstance(method, ScaleConfig | ScaleDims):
         tied = kwargs.pop("share_embeddings_and_output_weights")
         extra = {"backend": te_backend()} if kernels.te else {}
         return build_scale_gpt(cfg, method, tied_embeddings=tied, **extra, **kwargs)

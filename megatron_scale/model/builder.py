@@ -1,7 +1,9 @@
-"""One call from a base TransformerConfig and a ScaleConfig to an upscaled megatron-core GPTModel.
+"""One call from a base TransformerConfig and a ScaleConfig (or a recorded ScaleDims) to an
+upscaled megatron-core GPTModel.
 
     model = build_scale_gpt(base_config, ScaleConfig(variant="preserve"), vocab_size=V,
                             max_sequence_length=S, tied_embeddings=True)
+    model = build_scale_gpt(base_config, ScaleDims.from_record(record, where=...), ...)
 
 The model is megatron-core's GPTModel at the widened sizes, built from the SCALE layer spec, with
 its word embedding and output layer replaced by the two-table versions (heads.py). Every SCALE
@@ -69,7 +71,7 @@ class ScaleGPTModel(mc.GPTModel):
 
 def build_scale_gpt(
     base_config: Any,
-    scale: ScaleConfig,
+    scale: ScaleConfig | ScaleDims,
     *,
     vocab_size: int,
     max_sequence_length: int,
@@ -81,8 +83,15 @@ def build_scale_gpt(
 ) -> ScaleGPTModel:
     """Build the SCALE model for this rank's TP partition and pipeline stage.
 
-    `gpt_kwargs` go to GPTModel (position_embedding_type, rotary_base, pre_process, ...)."""
-    dims = scale.resolve(base_config, base_config.tensor_model_parallel_size)
+    `scale`: the settings, resolved here against `base_config`, or a resolved geometry (a
+    checkpoint's, `ScaleDims.from_record`), checked against it. `gpt_kwargs` go to GPTModel
+    (position_embedding_type, rotary_base, pre_process, ...)."""
+    tp = base_config.tensor_model_parallel_size
+    if isinstance(scale, ScaleDims):
+        scale.check_base(base_config, tp)
+        dims = scale
+    else:
+        dims = scale.resolve(base_config, tp)
     config = dims.widened(base_config)
     spec = get_scale_block_spec(dims, config, backend, vp_stage=vp_stage, pp_rank=pp_rank)
     return ScaleGPTModel(
@@ -135,11 +144,3 @@ def set_router_default(model: nn.Module, tau: float, statistic: str) -> None:
     for layer in output_layers(model):
         layer.tau, layer.statistic = float(tau), statistic
 
-
-def frozen_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
-    """The pre-trained base tensors (never trained)."""
-    return ((n, p) for n, p in model.named_parameters() if not p.requires_grad)
-
-
-def trainable_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
-    return ((n, p) for n, p in model.named_parameters() if p.requires_grad)

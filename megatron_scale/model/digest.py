@@ -70,13 +70,15 @@ def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
     return total
 
 
-def frozen_base_digest(model: nn.Module, group: dist.ProcessGroup | None = None) -> str:
-    """SHA-256 hex digest of every frozen tensor of `model`, identical at any parallel layout."""
+def frozen_base_digest(model: nn.Module, group: dist.ProcessGroup | None = None, *, sharded: dict | None = None) -> str:
+    """SHA-256 hex digest of every frozen tensor of `model`, identical at any parallel layout.
+    `sharded`: the model's sharded state dict where the caller has built it already (a save or
+    load), so it is not built twice; it is not modified."""
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     reduce = dist.is_initialized() and dist.get_world_size(group) > 1
     device = collective_device(group) if reduce else None
     sums: dict[str, torch.Tensor] = {}
-    for state_key, st in sharded_tensors(model):
+    for state_key, st in sharded_tensors(model, sharded):
         if state_key not in frozen:
             continue
         acc = sums.setdefault(st.key, torch.zeros(3, dtype=torch.int64, device=device or st.data.device))

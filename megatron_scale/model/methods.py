@@ -1,6 +1,7 @@
 """The continual pre-training methods, one tagged choice: what a model is built as and what trains.
 
     ScaleConfig (config.py)   SCALE-Preserve | -Adapt | -Route: the widened model; the base frozen
+    ScaleDims (config.py)     the same, at a geometry already resolved (a checkpoint's record)
     Full                      megatron-core's GPTModel, every weight trains
     Freeze                    the input embedding and the bottom `layers` layers frozen
     LlamaPro                  `blocks` identity blocks inserted (upscale/depth.py); only they train
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.model.lora import LoraSettings
 
 
@@ -37,21 +38,21 @@ class LlamaPro:
     blocks: int
 
 
-Method = ScaleConfig | Full | Freeze | LlamaPro | LoraSettings
+Method = ScaleConfig | ScaleDims | Full | Freeze | LlamaPro | LoraSettings
 
 
 def method_name(method: Method) -> str:
     """The --method that trains `method`."""
-    if isinstance(method, ScaleConfig):
+    if isinstance(method, ScaleConfig | ScaleDims):
         return f"scale-{method.variant}"
     return {Full: "full", Freeze: "freeze", LlamaPro: "llama-pro", LoraSettings: "lora"}[type(method)]
 
 
-def recorded_method(dims: dict[str, Any] | None, lora: dict[str, Any] | None) -> Method:
+def recorded_method(dims: ScaleDims | None, lora: dict[str, Any] | None) -> Method:
     """The method a checkpoint's records describe: its SCALE geometry, its LoRA rank and alpha,
     or neither (a plain model, built as `Full`)."""
     if dims is not None:
-        return ScaleConfig.from_record(dims)
+        return dims
     if lora is not None:
         return LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"]))
     return Full()

@@ -19,8 +19,9 @@ Row-parallel (linear_proj, linear_fc2): columns are split, so rank r holds W_r [
 
 Checkpoints hold TP-independent global tensors under the module's prefix: `weight` (W, sharded
 exactly as megatron-core shards the base, so a base checkpoint's keys load unchanged),
-`weight_21`, `weight_22` and, per layer, `weight_12.layer<i>` (see `w12_key`). `weight_up` is split into its two blocks by a
-ShardedTensorFactory on save and merged back on load, so a TP=2 checkpoint loads at TP=1.
+`weight_21`, `weight_22` and, per layer, `weight_12.layer<i>` (the key table: model/keys.py).
+`weight_up` is split into its two blocks by a ShardedTensorFactory on save and merged back on
+load, so a TP=2 checkpoint loads at TP=1.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 from megatron_scale import _mcore as mc
 from megatron_scale._mcore import ShardedTensor, ShardedTensorFactory
+from megatron_scale.model.keys import W21, W22, w12_key
 
 Parallel = Literal["column", "row"]
 
@@ -142,8 +144,8 @@ def expansion_sharded_state_dict(
         stem = key.removesuffix("weight_up")
         w21, w22 = t[:, :n_local], t[:, n_local:]
         return {
-            "w21": _shards(f"{stem}weight_21", w21, split, tp_rank, tp_size, replica_id, prepend),
-            "w22": _shards(f"{stem}weight_22", w22, split, tp_rank, tp_size, replica_id, prepend),
+            "w21": _shards(stem + W21, w21, split, tp_rank, tp_size, replica_id, prepend),
+            "w22": _shards(stem + W22, w22, split, tp_rank, tp_size, replica_id, prepend),
         }
 
     def merge(loaded: dict) -> torch.Tensor:
@@ -168,17 +170,6 @@ def expansion_sharded_state_dict(
                 replica_id,
             )
     return out
-
-
-def w12_key(prefix: str, prepend: tuple[tuple[int, int, int], ...]) -> str:
-    """Checkpoint key of W12. megatron-core stacks a block's layers on a leading axis, and a
-    stacked tensor must be complete; W12 exists only in the layers Adapt chose, so it is keyed
-    per global layer instead: `<prefix>weight_12.layer<i>`."""
-    if not prepend:
-        return f"{prefix}weight_12"
-    if len(prepend) != 1 or prepend[0][0] != 0:
-        raise NotImplementedError(f"W12 under sharded offsets {prepend}")
-    return f"{prefix}weight_12.layer{prepend[0][1]}"
 
 
 def param_device(config: Any) -> torch.device:

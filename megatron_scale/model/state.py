@@ -5,6 +5,8 @@ global tensor. These helpers use it in both directions, in memory:
 
     global_state_dict(model)           every rank's shards gathered into full tensors
     load_global_state_dict(model, sd)  each rank cuts its shards out of full tensors
+    sharded_tensors(model[, sharded])  this rank's ShardedTensors (factories built)
+    tree_map / leaves                  the one walker of nested state dicts
 
 Keys are dist_checkpointing keys (layers stacked on a leading axis, as megatron-core saves them):
 the same names a torch_dist checkpoint holds, so `upscale`, conversion and tests speak one layout.
@@ -13,7 +15,7 @@ Gathering moves the whole model through all_gather_object: meant for tests, tool
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,15 +25,26 @@ from torch import nn
 from megatron_scale import _mcore as mc
 
 
-def _leaves(x: Any) -> Iterator[Any]:
-    if isinstance(x, dict):
-        for v in x.values():
-            yield from _leaves(v)
-    elif isinstance(x, list | tuple):
-        for v in x:
-            yield from _leaves(v)
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """`tree` rebuilt with `fn` applied to each leaf: nested dicts and lists are walked (a sharded
+    state dict's containers, as megatron-core walks them), anything else is a leaf."""
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [tree_map(fn, v) for v in tree]
+    return fn(tree)
+
+
+def leaves(tree: Any) -> Iterator[Any]:
+    """Every leaf of nested dicts, lists and tuples."""
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from leaves(v)
+    elif isinstance(tree, list | tuple):
+        for v in tree:
+            yield from leaves(v)
     else:
-        yield x
+        yield tree
 
 
 def _index(st: Any) -> tuple:
@@ -50,11 +63,17 @@ def built_sharded_state_dict(model: nn.Module) -> tuple[dict, dict]:
     return ssd, factories
 
 
-def sharded_tensors(model: nn.Module) -> Iterator[tuple[str, Any]]:
-    """(state-dict key, ShardedTensor) for every tensor shard this rank holds."""
-    ssd, _ = built_sharded_state_dict(model)
+def _build(leaf: Any) -> Any:
+    return leaf.build() if isinstance(leaf, mc.ShardedTensorFactory) else leaf
+
+
+def sharded_tensors(model: nn.Module, sharded: dict | None = None) -> Iterator[tuple[str, Any]]:
+    """(state-dict key, ShardedTensor) for every tensor shard this rank holds. `sharded`: the
+    model's sharded state dict, already built by the caller (it is left as it is: factories are
+    built on the side, so dist_checkpointing can still save or load it)."""
+    ssd = model.sharded_state_dict() if sharded is None else sharded
     for k, v in ssd.items():
-        for leaf in _leaves(v):
+        for leaf in leaves(tree_map(_build, v)):
             if isinstance(leaf, mc.ShardedTensor):
                 yield k, leaf
 
@@ -99,18 +118,11 @@ def load_global_state_dict(model: nn.Module, state: dict[str, torch.Tensor], str
             )
         return full[_index(leaf)]
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return cut(x)
-
-    loaded = {k: walk(v) for k, v in ssd.items()}
+    loaded = {k: tree_map(cut, v) for k, v in ssd.items()}
     if missing and strict:
         raise KeyError(f"state dict lacks {len(missing)} key(s), first: {sorted(set(missing))[:5]}")
     complete = {
-        k: v for k, v in loaded.items() if not any(leaf is None for leaf in _leaves(v))
+        k: v for k, v in loaded.items() if not any(leaf is None for leaf in leaves(v))
     }
     for k, f in factories.items():
         if k in complete:

@@ -63,13 +63,12 @@ class SweepSettings:
 def _model(load: str, tp: int, device: torch.device) -> Any:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import recorded_method
     from megatron_scale.convert.megatron_io import MegatronReader
 
     reader = MegatronReader(load)
-    if reader.scale_dims is None:
+    if reader.dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    model = build_model(reader.model_args(), recorded_method(reader.scale_dims, None), Parallel(tp=tp)).to(device)
+    model = build_model(reader.model_args(), reader.dims, Parallel(tp=tp)).to(device)
     load_checkpoint(model, load)
     return model.eval()
 
@@ -84,8 +83,9 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
 
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, *, device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
-    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
+    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.model.builder import set_router_default
+    from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
     set_router_default(model, tau, statistic)

@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
+from megatron_scale.model.state import tree_map
+from megatron_scale.records import MODEL_ARGS, TRAIN_STATE
 
 
 def _rng_state() -> dict[str, Any]:
@@ -51,14 +53,6 @@ def _rng_object(state: Any) -> Any:
     )
 
 
-def _tree_map(fn: Any, tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: _tree_map(fn, v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_tree_map(fn, v) for v in tree]
-    return fn(tree)
-
-
 def _per_layer(entry: Any) -> Any:
     """An optimizer-state entry of a layer-stacked parameter, keyed per layer instead.
 
@@ -67,7 +61,7 @@ def _per_layer(entry: Any) -> Any:
     exist for only some rows of [L, ...]; keyed per layer (`<key>.layer<i>`, the layer axis
     dropped) each is complete. Factories (SwiGLU's fc1) get the same treatment on what they build."""
     if isinstance(entry, mc.ShardedTensorFactory):
-        return dataclasses.replace(entry, build_fn=lambda *a, _build=entry.build_fn: _tree_map(_per_layer, _build(*a)))
+        return dataclasses.replace(entry, build_fn=lambda *a, _build=entry.build_fn: tree_map(_per_layer, _build(*a)))
     if isinstance(entry, mc.ShardedTensor) and entry.prepend_axis_num >= 1 and ".layers." in entry.key:
         return dataclasses.replace(
             entry, key=f"{entry.key}.layer{entry.global_offset[0]}", global_shape=entry.global_shape[1:],
@@ -78,7 +72,7 @@ def _per_layer(entry: Any) -> Any:
 
 
 def _optimizer_entries(optimizer: Any, model_sd: dict, loading: bool, meta: dict[str, str] | None) -> Any:
-    return _tree_map(_per_layer, optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta))
+    return tree_map(_per_layer, optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta))
 
 
 def optimizer_metadata(distributed: bool) -> dict[str, str]:
@@ -118,10 +112,10 @@ def save_run(
     architecture, training/plan.py) goes into the common state for the export tool."""
     def extra(model_sd: dict) -> dict:
         return {
-            **({"model_args": model_args} if model_args is not None else {}),
+            **({MODEL_ARGS: model_args} if model_args is not None else {}),
             "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_meta),
             "rng_state": _rng_object(_rng_state()),
-            "train_state": {
+            TRAIN_STATE: {
                 "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
                 "adam_step": _adam_step(optimizer),
             },
@@ -154,11 +148,11 @@ def load_run(
         }
 
     loaded = load_checkpoint(model, path, extra)
-    if "train_state" not in loaded:
+    if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters
         optimizer.load_state_dict(loaded["optimizer"])
-    state = loaded["train_state"]
+    state = loaded[TRAIN_STATE]
     _set_adam_step(optimizer, state.get("adam_step"))
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(loaded["rng_state"])

@@ -18,7 +18,7 @@ from megatron_scale.checkpoint import check_lora_record, is_scale_checkpoint, lo
 from megatron_scale.model.lora import LoraSettings, is_lora_key
 from megatron_scale.model.methods import LlamaPro, Method
 from megatron_scale.model.state import load_global_state_dict
-from megatron_scale.upscale import upscale_state_dict
+from megatron_scale.upscale import load_upscaled
 from megatron_scale.upscale.depth import expand_depth
 
 
@@ -49,7 +49,7 @@ def load_initial_weights(model: Any, directory: str, method: Method, base_layers
             load_global_state_dict(model, expand_depth(base, base_layers, method.blocks))
             return "base+depth"
         if isinstance(method, ScaleConfig):
-            load_global_state_dict(model, upscale_state_dict(base, model.scale_dims))
+            load_upscaled(model, base)
             return "base+upscale"
         load_global_state_dict(model, base)
         return "base"

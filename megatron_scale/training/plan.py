@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import latest_iteration_dir
-from megatron_scale.config import ScaleConfig
+from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.flags import flag_names
 from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
 from megatron_scale.model.build import model_layers
 from megatron_scale.model.lora import LoraSettings
 from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
+from megatron_scale.records import CheckpointError, CheckpointRecords, read_records
 from megatron_scale.training.config import TrainConfig
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
@@ -78,12 +78,15 @@ def load_source(load: str | None) -> tuple[Path | None, bool]:
     return (resume, True) if resume is not None else (Path(load), False)
 
 
-def common_state(directory: Path) -> dict[str, Any]:
-    """The checkpoint's common state ({} for a directory that is no torch_dist checkpoint:
-    loading it later fails with its own message)."""
-    if not (directory / ".metadata").is_file() or (directory / "common.pt").exists():
-        return {}
-    return mc.dist_checkpointing.load_common_state_dict(str(directory))
+def recorded(directory: Path | None) -> CheckpointRecords | None:
+    """--load's records (records.py's one policy; None for no --load, or a directory that is no
+    torch_dist checkpoint: loading it later fails with its own message)."""
+    if directory is None:
+        return None
+    try:
+        return read_records(directory, required=False)
+    except CheckpointError as e:
+        raise ValueError(f"--load: {e}") from e
 
 
 def _base_layers(recorded: int, blocks: int | None) -> int:
@@ -136,7 +139,7 @@ def inherit_lora(cfg: TrainConfig, lora: dict[str, Any] | None, where: str, resu
         raise ValueError(f"{where}: a run of a model without LoRA adapters; --method lora cannot resume it")
 
 
-def inherit_scale(cfg: TrainConfig, arch: LlamaArgs, dims: dict[str, Any] | None, where: str, resuming: bool) -> None:
+def inherit_scale(cfg: TrainConfig, arch: LlamaArgs, dims: ScaleDims | None, where: str, resuming: bool) -> None:
     """A SCALE checkpoint supplies the --scale-* settings (its router's default included) and the
     variant; a plain one is a base to upscale on load, unless it is a run being resumed."""
     m = cfg.method
@@ -145,14 +148,14 @@ def inherit_scale(cfg: TrainConfig, arch: LlamaArgs, dims: dict[str, Any] | None
             raise ValueError(f"{where}: a run of a plain model; --method {m.method} cannot resume it")
         return
     if not m.is_scale:
-        raise ValueError(f"{where}: holds a SCALE-{dims['variant']} model; train it with --method scale-{dims['variant']}, "
+        raise ValueError(f"{where}: holds a SCALE-{dims.variant} model; train it with --method scale-{dims.variant}, "
                          f"not --method {m.method}")
-    for name, value in vars(ScaleConfig.from_record(dims)).items():
+    for name, value in vars(ScaleConfig.from_dims(dims)).items():
         if name in SCALE_FLAGS and m.scale.get(name) is None:
             m.scale[name] = value
     tp = cfg.parallel.tp
     mine = m.scale_config().resolve(arch.transformer_config(tp), tp).to_record()
-    for name, value in dims.items():
+    for name, value in dims.to_record().items():
         if mine.get(name) != value:
             flag = DIMS_FLAGS.get(name, name)
             shown = m.method if flag == "--method" else mine.get(name)
@@ -253,23 +256,22 @@ def build_method(cfg: TrainConfig, arch: LlamaArgs) -> Method:
 
 def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     source, resuming = load_source(cfg.checkpoint.load)
-    common = common_state(source) if source is not None else {}
+    records = recorded(source)
     where = f"--load {source}"
-    loaded = common.get("model_args")
+    loaded = records.model_args if records else None
     if loaded is not None:
         inherit_architecture(cfg, loaded, where, resuming)
-    scale = common.get("scale") or {}
-    inherit_lora(cfg, scale.get("lora"), where, resuming)
+    inherit_lora(cfg, records.lora if records else None, where, resuming)
     for attr, value in LORA_DEFAULTS.items():
         if getattr(cfg.method, attr) is None:
             setattr(cfg.method, attr, value)
     resolve_vocab(cfg)
     base = architecture(cfg) if all(cfg.model.arch(n) is not None for n in ("num_layers", "hidden_size",
                                     "num_attention_heads", "ffn_hidden_size")) else None
-    if common and base is not None:
-        inherit_scale(cfg, base, scale.get("dims"), where, resuming)
-    if resuming and "train_state" in common:
-        check_resumed_schedule(cfg, common["train_state"], where)
+    if records and base is not None:
+        inherit_scale(cfg, base, records.dims, where, resuming)
+    if resuming and records and records.train_state is not None:
+        check_resumed_schedule(cfg, records.train_state, where)
 
     dp = cfg.parallel.data_parallel_size(world_size)
     architecture(cfg)  # the four sizes are there (or the one message naming those missing)

@@ -1,11 +1,12 @@
 """A base model's global state dict -> the SCALE model's global state dict.
 
-Keys are checkpoint keys (model/state.py): the base keys keep their names, shapes and values, and
+Keys are checkpoint keys (model/keys.py): the base keys keep their names, shapes and values, and
 the expansion adds, per upscaled linear, `weight_21` / `weight_22` (init.py) and, where Adapt
 collaborates, `weight_12.layer<i>` = 0; per split norm `..._up` = 1; `embedding...weight_up` = 0
 and `output_layer.weight_up` = 0. New rows are initialised per row group: q, k and v of the new
 query groups from the base's q, k and v (re-interleaved as megatron-core lays out linear_qkv), gate
 and up of the new SwiGLU units from the base's gate and up. Deterministic for ScaleDims.seed.
+A freshly built SCALE model is filled from its base by `load_upscaled`.
 """
 
 from __future__ import annotations
@@ -14,20 +15,11 @@ import torch
 from torch import nn
 
 from megatron_scale.config import ScaleDims
+from megatron_scale.model.keys import EMBEDDING, FC1_NORM, FINAL_NORM, LINEARS, OUTPUT, QKV_NORM, UP, W21, W22, w12_key
 from megatron_scale.model.layout import merge_qkv, split_gate_up, split_qkv
-from megatron_scale.model.partition import w12_key
 from megatron_scale.model.spec import block_splits
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.upscale.init import new_rows
-
-LAYERS = "decoder.layers."
-LINEARS = {
-    "qkv": "self_attention.linear_qkv.",
-    "proj": "self_attention.linear_proj.",
-    "fc1": "mlp.linear_fc1.",
-    "fc2": "mlp.linear_fc2.",
-}
-NORMS = ("self_attention.linear_qkv.layer_norm_weight", "mlp.linear_fc1.layer_norm_weight")
 
 
 def _rows(module: str, w: torch.Tensor, dims: ScaleDims, in_up: int, gen: torch.Generator) -> torch.Tensor:
@@ -50,7 +42,7 @@ def _rows(module: str, w: torch.Tensor, dims: ScaleDims, in_up: int, gen: torch.
 
 def upscale_state_dict(base: dict[str, torch.Tensor], dims: ScaleDims) -> dict[str, torch.Tensor]:
     """The SCALE global state dict for `base` (not modified; its tensors are reused as is)."""
-    emb = "embedding.word_embeddings.weight"
+    emb = EMBEDDING
     if emb not in base:
         raise KeyError(f"base state dict has no {emb!r}: not a megatron-core GPT checkpoint")
     vocab, d = base[emb].shape
@@ -59,13 +51,13 @@ def upscale_state_dict(base: dict[str, torch.Tensor], dims: ScaleDims) -> dict[s
     dtype = base[emb].dtype
     gen = torch.Generator().manual_seed(dims.seed)
     out = dict(base)
-    out[emb + "_up"] = torch.zeros(vocab, dims.hidden_up, dtype=dtype)
-    out["output_layer.weight_up"] = torch.zeros(vocab, dims.hidden_up, dtype=dtype)
-    out["decoder.final_layernorm.weight_up"] = torch.ones(dims.hidden_up, dtype=dtype)
-    for norm in NORMS:
-        out[LAYERS + norm + "_up"] = torch.ones(dims.num_layers, dims.hidden_up, dtype=dtype)
-    for module, path in LINEARS.items():
-        key = LAYERS + path
+    out[emb + UP] = torch.zeros(vocab, dims.hidden_up, dtype=dtype)
+    out[OUTPUT + UP] = torch.zeros(vocab, dims.hidden_up, dtype=dtype)
+    out[FINAL_NORM + UP] = torch.ones(dims.hidden_up, dtype=dtype)
+    for norm in (QKV_NORM, FC1_NORM):
+        out[norm + UP] = torch.ones(dims.num_layers, dims.hidden_up, dtype=dtype)
+    for module, lin in LINEARS.items():
+        key = lin.prefix
         if key + "weight" not in base:
             raise KeyError(f"base state dict has no {key + 'weight'!r}")
         stacked = base[key + "weight"]
@@ -79,8 +71,8 @@ def upscale_state_dict(base: dict[str, torch.Tensor], dims: ScaleDims) -> dict[s
                 out[w12_key(key, ((0, layer, dims.num_layers),))] = torch.zeros(
                     split.out_base, split.in_up, dtype=dtype
                 )
-        out[key + "weight_21"] = torch.stack(w21)
-        out[key + "weight_22"] = torch.stack(w22)
+        out[key + W21] = torch.stack(w21)
+        out[key + W22] = torch.stack(w22)
     return out
 
 

@@ -52,11 +52,11 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
+    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import recorded_method
-    from megatron_scale.convert.megatron_io import MODEL_ARGS, MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head, output_layers
+    from megatron_scale.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
     init_distributed(1, 1, device="cpu")
@@ -70,7 +70,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                          adapt_modules=("qkv", "proj", "fc1", "fc2"))
         upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
         reader = MegatronReader(base / f"up-{variant}")
-        model = build_model(reader.model_args(), recorded_method(reader.scale_dims, None), Parallel(tp=2)).to(_tiny.device()).eval()
+        model = build_model(reader.model_args(), reader.dims, Parallel(tp=2)).to(_tiny.device()).eval()
         load_checkpoint(model, base / f"up-{variant}")
         _perturb(model, seed=11)
         record = {MODEL_ARGS: reader.model_args().to_json()}

@@ -35,7 +35,8 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--method", "lora", "--lora-alpha", "0"), 1, "--lora-alpha"),
         (("--method", "lora", "--lora-dropout", "1"), 1, "--lora-dropout"),
         (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
-        (("--scale-groups-up", "3"), 1, "--scale-groups-up"),
+        # alone, a g' completes h' at the GQA ratio (config.py); 3 groups over 2 ranks cannot work
+        (("--scale-groups-up", "3", "--tensor-model-parallel-size", "2"), 2, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
         (("--route-tau", "0.7"), 1, "--route-tau: only a --method scale-route model routes"),
         (("--method", "scale-route", "--route-tau", "nan"), 1, "--route-tau: tau must be a finite number"),

@@ -491,9 +491,10 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
     from pathlib import Path
 
     from megatron_scale.training.config import parse
-    from megatron_scale.training.plan import FlagError, common_state, plan
+    from megatron_scale.records import read_records
+    from megatron_scale.training.plan import FlagError, plan
 
-    rec = common_state(Path(work["base_ckpt"]))["model_args"]
+    rec = read_records(work["base_ckpt"]).model_args
     assert rec is not None and rec["num_layers"] == 4 and rec["hidden_size"] == 64
 
     def checked(*extra: str, method: str = "scale-preserve", load: str = work["base_ckpt"]) -> Any:
