@@ -5,7 +5,9 @@
         --scale-variant route --scale-hidden-up 512 --scale-init svd --scale-seed 1234 \
         --tensor-model-parallel-size 2
 
-Sizes default to a quarter of the base (d/4, h/4, f/4; g' keeps the GQA ratio). Run as a plain
+Sizes default to a quarter of the base (d/4, h/4, f/4; g' keeps the GQA ratio), or where that is
+no whole number of KV groups divisible by TP, the nearest geometry that is (the summary's
+`scale_dims` says what was picked). Run as a plain
 process it starts the TP x PP ranks itself; under torchrun it uses the ranks it is given.
 All the work is in megatron_scale.convert.upscale.
 """

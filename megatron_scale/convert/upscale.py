@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from megatron_scale.checkpoint import save_checkpoint
-from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims
+from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
 from megatron_scale.convert import keymap
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, check_parallel
@@ -61,6 +61,6 @@ def upscale_checkpoint(
         raise ConversionError(f"--save {out} exists; refusing to overwrite a checkpoint")
     on_ranks(_upscale_rank, tp, pp, str(reader.dir), str(out), args, dims, tp, pp)
     base_params = sum(math.prod(reader.shape(k)) for k in keymap.megatron_shapes(args))
-    return {"output": str(out), "scale_dims": dims.to_record(), "base_parameters": base_params,
-            "tensor_parallel": tp, "pipeline_parallel": pp}
+    return {"output": str(out), "scale_dims": dims.to_record(), "size_notes": size_notes(scale, dims, tp),
+            "base_parameters": base_params, "tensor_parallel": tp, "pipeline_parallel": pp}
 

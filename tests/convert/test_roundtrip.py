@@ -191,7 +191,8 @@ def test_upscale_refusals_name_the_flag(results: dict) -> None:
     from megatron_scale.convert import ConversionError, upscale_checkpoint
 
     root = results["root"]
-    with pytest.raises(ConversionError, match=r"--scale-groups-up.*not divisible by the tensor-parallel size 2"):
+    # h' = 2 alone is one KV group of 2 (the base ratio), which 2 ranks cannot share: the flag given is named
+    with pytest.raises(ConversionError, match=r"--scale-heads-up.*not divisible by the tensor-parallel size 2.*nearest valid"):
         upscale_checkpoint(root / "mg-True-21", root / "never", ScaleConfig(heads_up=2), tp=2)
     with pytest.raises(ConversionError, match=r"already a SCALE checkpoint"):
         upscale_checkpoint(root / "sc-True-21-route", root / "never", ScaleConfig())

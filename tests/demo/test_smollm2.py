@@ -86,6 +86,9 @@ def test_untrained_scale_export_is_the_original_model(smollm2_round_trip: Any, o
     dims = made["steps"]["upscale"]["scale_dims"]
     assert (dims["heads_up"], dims["groups_up"], dims["ffn_up"], dims["hidden_up"]) == (
         {1: (3, 1, 384, 144), 3: (9, 3, 384, 144)}[tp])
+    # h/4 = 2.25 heads is no whole KV group: the summary says what the default picked instead
+    notes = made["steps"]["upscale"]["size_notes"]
+    assert len(notes) == 1 and "--scale-heads-up, --scale-groups-up" in notes[0], notes
     model = AutoModelForCausalLM.from_pretrained(made["folder"], trust_remote_code=True, dtype=torch.float32).eval()
     assert type(model).__name__ == "ScaleLlamaForCausalLM"
     ref = original["logits"]

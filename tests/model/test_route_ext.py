@@ -14,12 +14,8 @@ import pytest
 import torch
 
 from megatron_scale.model import route_sums
-from megatron_scale.model.route_sums import (
-    route,
-    route_statistics,
-    route_statistics_cpp,
-    route_statistics_torch,
-)
+from megatron_scale.model.route_sums import route_statistics, route_statistics_cpp, route_statistics_torch
+from megatron_scale.model.routing import route
 
 
 def _logits(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
