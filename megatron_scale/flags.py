@@ -55,6 +55,13 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def positive(*pairs: tuple[str, int | None]) -> None:
+    """Each (flag, value) given is at least 1, or one error naming the flag."""
+    for name, value in pairs:
+        if value is not None and value < 1:
+            raise ValueError(f"{name} {value}: must be at least 1")
+
+
 def flag_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "flag" in f.metadata]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,31 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
+from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
 from megatron_scale.records import MODEL_ARGS, TRAIN_STATE
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """Where the run starts from and saves to."""
+
+    load: str | None = field(default=None, metadata=flag("--load"))
+    """SCALE checkpoint dir, or a base checkpoint (+ --scale-*), or a run directory to resume."""
+    save: str | None = field(default=None, metadata=flag("--save"))
+    """The run directory checkpoints go to."""
+    save_interval: int | None = field(default=None, metadata=flag("--save-interval"))
+    """Save every N iterations (and at the end)."""
+    exit_signal_save: bool = field(default=False, metadata=flag("--exit-signal-save"))
+    """On SIGTERM/SIGINT save before exiting."""
+
+    def validate(self, exit_interval: int | None) -> None:
+        positive(("--save-interval", self.save_interval))
+        if self.load is not None and not os.path.isdir(self.load):
+            raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
+        for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
+            if given and self.save is None:
+                raise ValueError(f"{name} needs --save")
 
 
 def _rng_state() -> dict[str, Any]:

@@ -6,11 +6,11 @@ own checks, which name the flag.
       model       ModelConfig       the architecture flags (LlamaArgs', model/args.py) + how it is built
       method      MethodConfig      --method and its settings (SCALE, LoRA, Freeze, LLaMA-Pro)
       parallel    ParallelConfig    TP / PP / SP, the distributed optimizer, the device
-      optim       OptimConfig       Adam, the LR schedule, clipping
+      optim       OptimConfig       Adam, the LR schedule, clipping                (training/optim.py)
       schedule    ScheduleConfig    iterations, batch sizes, sequence length, seed, stopping
       data        DataConfig        datasets, split, eval sets
-      checkpoint  CheckpointConfig  --load / --save
-      logging     LoggingConfig     evaluation and logging
+      checkpoint  CheckpointConfig  --load / --save                    (training/checkpointing.py)
+      logging     LoggingConfig     evaluation and logging                   (training/metrics.py)
 
 `parse(argv)` builds one from the command line (the parser comes from the components);
 `to_argv(config)` gives the command line back, for launchers. Library callers build a
@@ -26,19 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from megatron_scale.config import ROUTER_STATISTICS, ScaleConfig, check_router
-from megatron_scale.flags import add_flags, argv_for, flag, values
+from megatron_scale.config import ScaleConfig
+from megatron_scale.flags import add_flags, argv_for, flag, positive, values
 from megatron_scale.flags import to_argv as to_argv_of
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
+from megatron_scale.training.checkpointing import CheckpointConfig
+from megatron_scale.training.metrics import LoggingConfig
+from megatron_scale.training.optim import OptimConfig
 
 METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
-
-
-def _positive(*pairs: tuple[str, int | None]) -> None:
-    for name, value in pairs:
-        if value is not None and value < 1:
-            raise ValueError(f"{name} {value}: must be at least 1")
 
 
 @dataclass(kw_only=True)
@@ -134,56 +131,13 @@ class ParallelConfig:
 
     def data_parallel_size(self, world_size: int) -> int:
         tp, pp = self.tp, self.pp
-        _positive(("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp))
+        positive(("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp))
         if world_size % (tp * pp):
             raise ValueError(f"world size {world_size} is not divisible by --tensor-model-parallel-size {tp} x "
                              f"--pipeline-model-parallel-size {pp}")
         if self.sequence_parallel and tp == 1:
             raise ValueError("--sequence-parallel needs --tensor-model-parallel-size > 1")
         return world_size // (tp * pp)
-
-
-@dataclass(kw_only=True)
-class OptimConfig:
-    """Adam, its learning-rate schedule (megatron-core's OptimizerParamScheduler) and clipping."""
-
-    lr: float = field(default=0.0, metadata=flag("--lr", required=True))
-    """Peak learning rate."""
-    min_lr: float = field(default=0.0, metadata=flag("--min-lr"))
-    """The LR the decay ends at."""
-    lr_decay_style: str = field(default="cosine", metadata=flag("--lr-decay-style", choices=("constant", "linear", "cosine")))
-    """How the LR decays after warm-up."""
-    lr_warmup_iters: int = field(default=0, metadata=flag("--lr-warmup-iters"))
-    """Iterations of linear warm-up from 0."""
-    lr_decay_iters: int | None = field(default=None, metadata=flag("--lr-decay-iters"))
-    """The decay's horizon (default: --train-iters)."""
-    weight_decay: float = field(default=0.0, metadata=flag("--weight-decay"))
-    """AdamW weight decay."""
-    clip_grad: float = field(default=1.0, metadata=flag("--clip-grad"))
-    """Gradient-norm clipping."""
-    adam_beta1: float = field(default=0.9, metadata=flag("--adam-beta1"))
-    """Adam beta1."""
-    adam_beta2: float = field(default=0.95, metadata=flag("--adam-beta2"))
-    """Adam beta2."""
-
-    def validate(self, train_iters: int) -> None:
-        """What megatron-core's scheduler only asserts on: warm-up below the decay horizon, min LR <= LR."""
-        _positive(("--lr-decay-iters", self.lr_decay_iters))
-        if self.lr < 0 or self.min_lr < 0:
-            raise ValueError(f"--lr {self.lr} / --min-lr {self.min_lr}: learning rates must be >= 0")
-        if self.min_lr > self.lr:
-            raise ValueError(f"--min-lr {self.min_lr} is above --lr {self.lr}")
-        if self.lr_warmup_iters < 0:
-            raise ValueError(f"--lr-warmup-iters {self.lr_warmup_iters}: must be >= 0")
-        horizon = ("--lr-decay-iters", self.lr_decay_iters) if self.lr_decay_iters else ("--train-iters", train_iters)
-        if self.lr_warmup_iters >= horizon[1]:
-            raise ValueError(f"--lr-warmup-iters {self.lr_warmup_iters} must be below {horizon[0]} {horizon[1]} "
-                             "(warm-up ends before the LR decays)")
-        if self.weight_decay < 0 or self.clip_grad < 0:
-            raise ValueError(f"--weight-decay {self.weight_decay} / --clip-grad {self.clip_grad}: must be >= 0")
-        for name, beta in (("--adam-beta1", self.adam_beta1), ("--adam-beta2", self.adam_beta2)):
-            if not 0 <= beta < 1:
-                raise ValueError(f"{name} {beta}: must lie in [0, 1)")
 
 
 @dataclass(kw_only=True)
@@ -207,7 +161,7 @@ class ScheduleConfig:
     fixing the LR schedule, so a later run resumes the same schedule."""
 
     def validate(self, dp: int) -> None:
-        _positive(("--train-iters", self.train_iters), ("--micro-batch-size", self.micro_batch_size),
+        positive(("--train-iters", self.train_iters), ("--micro-batch-size", self.micro_batch_size),
                   ("--global-batch-size", self.global_batch_size), ("--seq-length", self.seq_length),
                   ("--exit-interval", self.exit_interval))
         if self.global_batch_size % (self.micro_batch_size * dp):
@@ -275,60 +229,6 @@ class DataConfig:
             _check_prefix("--data-path", prefix)
         for name, prefix in self.evals().items():
             _check_prefix(f"--eval-data-path {name}", prefix)
-
-
-@dataclass(kw_only=True)
-class CheckpointConfig:
-    """Where the run starts from and saves to."""
-
-    load: str | None = field(default=None, metadata=flag("--load"))
-    """SCALE checkpoint dir, or a base checkpoint (+ --scale-*), or a run directory to resume."""
-    save: str | None = field(default=None, metadata=flag("--save"))
-    """The run directory checkpoints go to."""
-    save_interval: int | None = field(default=None, metadata=flag("--save-interval"))
-    """Save every N iterations (and at the end)."""
-    exit_signal_save: bool = field(default=False, metadata=flag("--exit-signal-save"))
-    """On SIGTERM/SIGINT save before exiting."""
-
-    def validate(self, exit_interval: int | None) -> None:
-        _positive(("--save-interval", self.save_interval))
-        if self.load is not None and not os.path.isdir(self.load):
-            raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
-        for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
-            if given and self.save is None:
-                raise ValueError(f"{name} needs --save")
-
-
-@dataclass(kw_only=True)
-class LoggingConfig:
-    """Evaluation and logging."""
-
-    eval_interval: int | None = field(default=None, metadata=flag("--eval-interval"))
-    """Evaluate every N iterations, and before the first (the 'before' numbers) unless
-    --no-eval-at-start or resuming."""
-    eval_at_start: bool = field(default=True, metadata=flag("--eval-at-start", negate="--no-eval-at-start"))
-    """With --eval-interval: no evaluation at iteration 0."""
-    eval_iters: int = field(default=2, metadata=flag("--eval-iters"))
-    """Global batches per evaluation of each set."""
-    route_tau: float | None = field(default=None, metadata=flag("--route-tau"))
-    """scale-route: evaluate with this tau instead of the model's (checkpoints keep theirs)."""
-    route_statistic: str | None = field(default=None, metadata=flag("--route-statistic", choices=ROUTER_STATISTICS))
-    """scale-route: evaluate with this router statistic instead of the model's."""
-    log_interval: int = field(default=1, metadata=flag("--log-interval"))
-    """Log a training line every N iterations."""
-    metrics_file: str | None = field(default=None, metadata=flag("--metrics-file"))
-    """JSONL metrics (default: <save>/metrics.jsonl)."""
-    tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
-    """TensorBoard event files go here."""
-
-    def validate(self, method: str) -> None:
-        _positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
-                  ("--eval-interval", self.eval_interval))
-        if (self.route_tau is not None or self.route_statistic is not None) and method != "scale-route":
-            name = "--route-tau" if self.route_tau is not None else "--route-statistic"
-            raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
-        if self.route_tau is not None:
-            check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")
 
 
 @dataclass(kw_only=True)

@@ -29,6 +29,7 @@ from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import load_initial_weights
+from megatron_scale.training.optim import build_optimizer, build_scheduler
 from megatron_scale.training.plan import FlagError, Plan, plan
 
 
@@ -126,23 +127,10 @@ def setup(config: TrainConfig) -> Run:
         mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=par.use_distributed_optimizer),
         module=model,
     )
-    optimizer = mc.get_megatron_optimizer(
-        mc.OptimizerConfig(
-            optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay,
-            adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2, clip_grad=o.clip_grad,
-            bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
-            use_distributed_optimizer=par.use_distributed_optimizer,
-        ),
-        [ddp],
-    )
+    optimizer = build_optimizer(o, ddp, bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
+                                distributed=par.use_distributed_optimizer)
+    scheduler = build_scheduler(o, optimizer, train_iters=s.train_iters, global_batch_size=s.global_batch_size)
     gb = s.global_batch_size
-    # Stepped by the global batch each iteration, so its horizons count samples (as Megatron-LM).
-    scheduler = mc.OptimizerParamScheduler(
-        optimizer, init_lr=0.0 if o.lr_warmup_iters else o.lr, max_lr=o.lr, min_lr=o.min_lr,
-        lr_warmup_steps=o.lr_warmup_iters * gb, lr_decay_steps=(o.lr_decay_iters or s.train_iters) * gb,
-        lr_decay_style=o.lr_decay_style, start_wd=o.weight_decay, end_wd=o.weight_decay,
-        wd_incr_steps=s.train_iters * gb, wd_incr_style="constant",
-    )
     model.config.finalize_model_grads_func = mc.finalize_model_grads
     ps = mc.parallel_state
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()

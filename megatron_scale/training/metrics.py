@@ -7,8 +7,44 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from megatron_scale.config import ROUTER_STATISTICS, check_router
+from megatron_scale.flags import flag, positive
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    """Evaluation and logging."""
+
+    eval_interval: int | None = field(default=None, metadata=flag("--eval-interval"))
+    """Evaluate every N iterations, and before the first (the 'before' numbers) unless
+    --no-eval-at-start or resuming."""
+    eval_at_start: bool = field(default=True, metadata=flag("--eval-at-start", negate="--no-eval-at-start"))
+    """With --eval-interval: no evaluation at iteration 0."""
+    eval_iters: int = field(default=2, metadata=flag("--eval-iters"))
+    """Global batches per evaluation of each set."""
+    route_tau: float | None = field(default=None, metadata=flag("--route-tau"))
+    """scale-route: evaluate with this tau instead of the model's (checkpoints keep theirs)."""
+    route_statistic: str | None = field(default=None, metadata=flag("--route-statistic", choices=ROUTER_STATISTICS))
+    """scale-route: evaluate with this router statistic instead of the model's."""
+    log_interval: int = field(default=1, metadata=flag("--log-interval"))
+    """Log a training line every N iterations."""
+    metrics_file: str | None = field(default=None, metadata=flag("--metrics-file"))
+    """JSONL metrics (default: <save>/metrics.jsonl)."""
+    tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
+    """TensorBoard event files go here."""
+
+    def validate(self, method: str) -> None:
+        positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
+                  ("--eval-interval", self.eval_interval))
+        if (self.route_tau is not None or self.route_statistic is not None) and method != "scale-route":
+            name = "--route-tau" if self.route_tau is not None else "--route-statistic"
+            raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
+        if self.route_tau is not None:
+            check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")
 
 
 class MetricsLog:
