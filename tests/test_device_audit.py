@@ -71,12 +71,9 @@ print(json.dumps(out))
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    import socket
+    from megatron_scale.distributed import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PORT": port, "OMP_NUM_THREADS": "1", **env}
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PORT": str(free_port()), "OMP_NUM_THREADS": "1", **env}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=300, env=full_env, cwd=ROOT)
 
