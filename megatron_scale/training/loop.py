@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale.convert.hf_config import ConversionError
 from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.build import Kernels, Parallel, build_model
@@ -279,7 +278,7 @@ def train(config: TrainConfig) -> Run:
 
 # What a bad input raises once ranks run (a checkpoint whose frozen base changed, a dataset
 # megatron-core refuses): printed as one line, like a FlagError. Anything else is a bug: traceback.
-RANK_ERRORS = (CheckpointError, ConversionError, DatasetError, StopTraining)
+RANK_ERRORS = (CheckpointError, DatasetError, StopTraining)  # (training never imports convert/: house rule)
 
 
 def _first_to_say_it() -> bool:
