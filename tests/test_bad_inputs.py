@@ -117,7 +117,8 @@ def test_checkpoint_from_a_newer_megatron_core(inputs: dict, tmp_path: Path, mon
     assert not (tmp_path / "hf").exists()
     # megatron-scale's own record of the writer: 0.19.2 is newer than an installed 0.19.1
     monkeypatch.setattr(_mcore, "MCORE_VERSION", "0.19.1")
-    message = _refused(tmp_path, "--load", str(inputs["up"]), "--method", "scale-preserve", "--data-path", inputs["data"])
+    message = _refused(tmp_path, "--load", str(inputs["up"]), "--method", "scale-preserve",
+                       "--data-path", inputs["data"])
     assert message.startswith(f"--load: {inputs['up']}: written with megatron-core 0.19.2 (scale.mcore_version), "
                               "newer than the installed 0.19.1"), message
 
@@ -182,7 +183,8 @@ def test_an_error_inside_the_ranks_is_one_line(inputs: dict, tmp_path: Path) -> 
     assert len(ours) == 1, out.stderr[-3000:]
     assert ours[0].startswith(f"error: {ckpt}: the frozen base does not match its recorded digest"), ours
     # no traceback of ours (torchrun adds its own ChildFailedError report for the exit status)
-    frames = [line for line in out.stderr.splitlines() if line.lstrip().startswith('File "') and "megatron_scale/" in line]
+    frames = [line for line in out.stderr.splitlines()
+              if line.lstrip().startswith('File "') and "megatron_scale/" in line]
     assert frames == [] and "CheckpointError" not in out.stderr, out.stderr[-3000:]
     assert "exitcode  : 2" in out.stderr, out.stderr[-3000:]
     assert not save.exists()
