@@ -13,15 +13,25 @@ be read: a missing directory and a legacy checkpoint whose common state is a pic
 (never unpickled) are a CheckpointError naming the directory; so is a directory that is no
 torch_dist checkpoint (no .metadata), unless the caller passes `required=False` and gets None.
 A torch_dist checkpoint that megatron-scale did not write has no `scale` record (`scale` None).
+
+`check_checkpoint_files(directory)` (run by read_records, so by training's plan for --load, by
+conversion's MegatronReader and by every load) refuses, naming the file, before a tensor is read:
+    - a checkpoint from a newer megatron-core: metadata.json's torch_dist format version above the
+      one megatron-core MCORE_VERSION writes, or (megatron-scale's own checkpoints) the recorded
+      `scale.mcore_version` newer than MCORE_VERSION;
+    - a missing or short shard: every `__*_*.distcp` file .metadata lists must be there and hold
+      the bytes .metadata places in it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from megatron_scale import _mcore as mc
@@ -32,8 +42,75 @@ SCALE = "scale"
 TRAIN_STATE = "train_state"
 
 
+# metadata.json's format: what megatron-core MCORE_VERSION writes (CheckpointingConfig; torch_dist v1)
+FORMAT_FILE = "metadata.json"
+SHARDED_BACKEND, SHARDED_BACKEND_VERSION = "torch_dist", 1
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used with this model; the message names the directory."""
+
+
+def _check_format(path: Path) -> None:
+    """metadata.json names a torch_dist format this megatron-core reads (absent: not checked,
+    .metadata is what marks a torch_dist checkpoint here)."""
+    config = path / FORMAT_FILE
+    if not config.is_file():
+        return
+    try:
+        fmt = json.loads(config.read_text())
+        backend, version = fmt["sharded_backend"], int(fmt.get("sharded_backend_version", 1))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{config}: not megatron-core's checkpoint format record ({e})") from e
+    if backend != SHARDED_BACKEND:
+        raise CheckpointError(f"{config}: sharded_backend {backend!r}; megatron-scale reads {SHARDED_BACKEND} only")
+    if version > SHARDED_BACKEND_VERSION:
+        raise CheckpointError(
+            f"{config}: {backend} format version {version}, written by a newer megatron-core; megatron-core "
+            f"{mc.MCORE_VERSION} (the one installed) reads version {SHARDED_BACKEND_VERSION}")
+
+
+def _check_shards(path: Path) -> None:
+    """Every shard file .metadata lists is there with the bytes it places in it."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
+    except Exception as e:  # noqa: BLE001 (a damaged pickle raises anything)
+        raise CheckpointError(f"{path / '.metadata'}: cannot be read ({type(e).__name__}: {e})") from e
+    needed: dict[str, int] = {}
+    for info in storage.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            raise CheckpointError(f"{shard}: shard file missing ({len(needed)} listed in {path / '.metadata'}); "
+                                  "the checkpoint is incomplete")
+        if shard.stat().st_size < size:
+            raise CheckpointError(f"{shard}: shard file truncated ({shard.stat().st_size} bytes, .metadata places "
+                                  f"{size}); the checkpoint is incomplete")
+
+
+def _check_writer(path: Path, scale: dict[str, Any] | None) -> None:
+    """The megatron-core that wrote a megatron-scale checkpoint is not newer than this one."""
+    written = (scale or {}).get("mcore_version")
+    if written is None:
+        return
+    try:
+        newer = Version(str(written)) > Version(mc.MCORE_VERSION)
+    except InvalidVersion:
+        newer = True
+    if newer:
+        raise CheckpointError(f"{path}: written with megatron-core {written} (scale.mcore_version), newer than the "
+                              f"installed {mc.MCORE_VERSION}; read it with megatron-core {written}")
+
+
+def check_checkpoint_files(directory: str | os.PathLike) -> None:
+    """Refuse, naming the file, a torch_dist checkpoint from a newer megatron-core's format or with
+    a shard file missing or short (see the module docstring). Reads no tensor."""
+    path = Path(directory)
+    _check_format(path)
+    _check_shards(path)
 
 
 @dataclass(frozen=True)
@@ -76,8 +153,10 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
         if not required:
             return None
         raise CheckpointError(f"{path}: not a megatron-core torch_dist checkpoint (no .metadata)")
+    check_checkpoint_files(path)
     common = mc.dist_checkpointing.load_common_state_dict(str(path))
     scale = common.get(SCALE)
+    _check_writer(path, scale)
     recorded = (scale or {}).get("dims")
     try:
         dims = None if recorded is None else ScaleDims.from_record(recorded, where=f"{path}: scale.dims")
@@ -98,7 +177,8 @@ def model_records(model: nn.Module) -> tuple[ScaleDims | None, dict[str, Any] | 
 def scale_record(model: nn.Module, digest: str) -> dict[str, Any]:
     """The `scale` record a checkpoint of `model` keeps (its frozen base's digest given)."""
     dims, lora = model_records(model)
-    record: dict[str, Any] = {"frozen_digest": digest, "dims": None if dims is None else dims.to_record()}
+    record: dict[str, Any] = {"frozen_digest": digest, "dims": None if dims is None else dims.to_record(),
+                              "mcore_version": mc.MCORE_VERSION}
     if lora is not None:
         record["lora"] = lora
     return record

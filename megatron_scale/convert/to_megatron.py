@@ -57,6 +57,40 @@ def check_hf_tensors(reader: SafetensorsReader, args: LlamaArgs) -> None:
         )
 
 
+def hf_tokenizer_size(folder: str | os.PathLike) -> tuple[Path, int] | None:
+    """(file, the number of token ids) of the folder's tokenizer: tokenizer.json's largest id + 1
+    (added tokens included), else tokenizer.model's pieces; None where the folder has neither."""
+    path = Path(folder)
+    if (path / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        file = path / "tokenizer.json"
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception as e:  # noqa: BLE001 (the tokenizers library raises plain Exceptions)
+            raise ConversionError(f"{file}: not a Hugging Face tokenizer.json ({e})") from e
+        ids = tok.get_vocab(with_added_tokens=True).values()
+        return file, max(tok.get_vocab_size(with_added_tokens=True), max(ids, default=-1) + 1)
+    if (path / "tokenizer.model").is_file():
+        import sentencepiece
+
+        file = path / "tokenizer.model"
+        try:
+            return file, sentencepiece.SentencePieceProcessor(model_file=str(file)).get_piece_size()
+        except (OSError, RuntimeError) as e:
+            raise ConversionError(f"{file}: not a SentencePiece model ({e})") from e
+    return None
+
+
+def check_hf_tokenizer(folder: str | os.PathLike, args: LlamaArgs) -> None:
+    """The folder's tokenizer has no id past the embedding's vocab_size rows (config.json)."""
+    found = hf_tokenizer_size(folder)
+    if found is not None and found[1] > args.vocab_size:
+        file, n = found
+        raise ConversionError(f"{file} has {n} token ids but config.json's vocab_size (the embedding's rows) is "
+                              f"{args.vocab_size}: ids from {args.vocab_size} on would index past the embedding")
+
+
 class _LazyTensor:
     """A global megatron tensor that materialises only the layer (and slice) indexed."""
 
@@ -113,6 +147,7 @@ def convert_hf_to_megatron(
             "(the vocabulary is split evenly over tensor-parallel ranks)"
         )
     check_hf_tensors(SafetensorsReader(hf_dir), args)
+    check_hf_tokenizer(hf_dir, args)
     out = Path(out_dir)
     if out.exists():
         raise ConversionError(f"{out} exists; refusing to overwrite a checkpoint")

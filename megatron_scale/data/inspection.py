@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megatron_scale.data.indexed import check_indexed_dataset
 from megatron_scale.data.tokenizer import Tokenizer
 
 
@@ -38,6 +39,7 @@ def open_dataset(prefix: str) -> object:
     for ext in (".bin", ".idx"):
         if not os.path.isfile(prefix + ext):
             raise ValueError(f"{prefix}: no {prefix + ext} (give the dataset prefix, without .bin/.idx)")
+    check_indexed_dataset(prefix)
     return mc.IndexedDataset(prefix)
 
 

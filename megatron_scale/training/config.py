@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_scale.config import ScaleConfig
+from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
 from megatron_scale.flags import add_flags, argv_for, flag, positive, values
 from megatron_scale.flags import to_argv as to_argv_of
 from megatron_scale.model.args import LlamaArgs
@@ -193,9 +194,11 @@ def eval_sets(items: Sequence[str]) -> dict[str, str]:
 
 
 def _check_prefix(flag_name: str, prefix: str) -> None:
-    missing = [s for s in (".bin", ".idx") if not os.path.exists(prefix + s)]
-    if missing:
-        raise ValueError(f"{flag_name}: dataset {prefix} has no {' / '.join(prefix + s for s in missing)}")
+    """The dataset is there and whole (data/indexed.py: sizes and the .idx header, no token read)."""
+    try:
+        check_indexed_dataset(prefix)
+    except DatasetError as e:
+        raise DatasetError(f"{flag_name}: {e}") from e
 
 
 @dataclass(kw_only=True)
