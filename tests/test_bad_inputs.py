@@ -134,6 +134,17 @@ def test_marker_names_a_missing_iteration(inputs: dict, tmp_path: Path) -> None:
     assert _tree(run) == before  # the run directory is left as it was
 
 
+def test_resume_from_a_checkpoint_without_training_state(inputs: dict, tmp_path: Path) -> None:
+    run = tmp_path / "resume"
+    shutil.copytree(inputs["base"], run / "iter_0000005")  # a converted model: no train_state
+    (run / "latest_checkpointed_iteration.txt").write_text("5\n")
+    before = _tree(run)
+    message = _refused(tmp_path, "--load", str(run), "--method", "full", "--data-path", inputs["data"])
+    assert message == (f"--load {run}/iter_0000005: a model checkpoint without training state; "
+                       "cannot resume from it"), message
+    assert _tree(run) == before
+
+
 def test_hf_tokenizer_larger_than_the_embedding(inputs: dict, tmp_path: Path) -> None:
     from megatron_scale.convert import ConversionError, convert_hf_to_megatron
     from megatron_scale.data.tokenizer import train_byte_bpe

@@ -270,7 +270,9 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
                                     "num_attention_heads", "ffn_hidden_size")) else None
     if records and base is not None:
         inherit_scale(cfg, base, records.dims, where, resuming)
-    if resuming and records and records.train_state is not None:
+    if resuming and (records is None or records.train_state is None):
+        raise ValueError(f"{where}: a model checkpoint without training state; cannot resume from it")
+    if resuming:
         check_resumed_schedule(cfg, records.train_state, where)
 
     dp = cfg.parallel.data_parallel_size(world_size)
