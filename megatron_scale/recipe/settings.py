@@ -11,9 +11,10 @@ convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FL
 BASE_LR). DEMO_MODEL=1 makes that folder first (tools/prepare_demo_model.py: SmolLM2-135M-Instruct,
 offline, into HF_MODEL or by default $WORKDIR/models/smollm2-135m), and DEMO_CORPORA=1 writes the
 demo corpora's raw JSONL ($DATA_DIR/demo_raw) as the unset KO_TRAIN_INPUT / KO_EVAL_INPUT /
-EN_EVAL_INPUT, to be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env). Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...)
-replaces LR, and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only
-(TRAIN_FLAGS_LORA="--lora-rank 16").
+EN_EVAL_INPUT, to be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env).
+
+Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...) replaces LR,
+and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only (TRAIN_FLAGS_LORA="--lora-rank 16").
 
 Standard library only: the launcher runs this outside the container image, on the batch host.
 """
