@@ -5,12 +5,15 @@ the training splits, and all four tokenised.
 
     python tools/prepare_demo_data.py --output-dir data/demo
 
-prints the --data-path / --eval-data-path / --tokenizer flags for the training entry.
+prints the --data-path / --eval-data-path / --tokenizer flags for the training entry. With
+--raw-only it writes only the four splits as JSONL ({en,ko}_{train,valid}.jsonl), for a base
+model's own tokenizer (tools/preprocess_data.py; the Korean recipe's DEMO_CORPORA=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -22,14 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--held-out", type=int, default=10, help="every Nth document goes to the evaluation split")
     p.add_argument("--split-sentences", action="store_true")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--raw-only", action="store_true",
+                   help="write only the splits' JSONL (no tokenizer, no tokenised datasets)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", module="megatron")
-    from megatron_scale.data.demo import prepare_demo
+    from megatron_scale.data.demo import prepare_demo, write_demo_corpora
 
     if args.held_out < 2:
         print(f"prepare_demo_data.py: error: --held-out {args.held_out}: must be at least 2", file=sys.stderr)
         return 2
     try:
+        if args.raw_only:
+            for name in write_demo_corpora(args.output_dir, held_out=args.held_out):
+                print(os.path.join(args.output_dir, f"{name}.jsonl"))
+            return 0
         demo = prepare_demo(args.output_dir, vocab_size=args.vocab_size, held_out=args.held_out,
                             workers=args.workers, split_sentences=args.split_sentences)
     except (ValueError, OSError) as e:

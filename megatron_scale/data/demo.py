@@ -73,6 +73,21 @@ def write_jsonl(path: str, docs: list[str]) -> None:
     atomic_write(path, "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs).encode("utf-8"))
 
 
+SPLITS = ("en_train", "en_valid", "ko_train", "ko_valid")
+
+
+def write_demo_corpora(out_dir: str, *, held_out: int = 10) -> dict[str, list[str]]:
+    """Both languages' splits as `<out_dir>/<split>.jsonl` (SPLITS; one {"text": ...} a line), the
+    raw input of any tokenizer's preprocessing; the documents of each split."""
+    os.makedirs(out_dir, exist_ok=True)
+    splits: dict[str, list[str]] = {}
+    for lang, docs in (("en", list(english_documents())), ("ko", list(korean_documents()))):
+        splits[f"{lang}_train"], splits[f"{lang}_valid"] = split_held_out(docs, held_out)
+    for name, docs in splits.items():
+        write_jsonl(os.path.join(out_dir, f"{name}.jsonl"), docs)
+    return splits
+
+
 @dataclass(frozen=True)
 class Demo:
     tokenizer: str  # folder, --tokenizer-type HuggingFaceTokenizer
@@ -85,12 +100,7 @@ def prepare_demo(out_dir: str, *, vocab_size: int = 4096, held_out: int = 10, wo
     from megatron_scale.data.tokenizer import TokenizerSpec, train_byte_bpe
     from megatron_scale.data.work import Settings
 
-    os.makedirs(out_dir, exist_ok=True)
-    splits: dict[str, list[str]] = {}
-    for lang, docs in (("en", list(english_documents())), ("ko", list(korean_documents()))):
-        splits[f"{lang}_train"], splits[f"{lang}_valid"] = split_held_out(docs, held_out)
-    for name, docs in splits.items():
-        write_jsonl(os.path.join(out_dir, f"{name}.jsonl"), docs)
+    splits = write_demo_corpora(out_dir, held_out=held_out)
     tok_dir = train_byte_bpe(splits["en_train"] + splits["ko_train"], vocab_size, os.path.join(out_dir, "tokenizer"))
     settings = Settings(tokenizer=TokenizerSpec("HuggingFaceTokenizer", tok_dir), split_sentences=split_sentences,
                         append_eod=True)

@@ -8,9 +8,13 @@ CPU demo. As in bash's `${VAR:=default}`, an empty variable counts as unset.
 
 Which base the recipe starts from is one setting, HF_MODEL: a Hugging Face Llama folder to
 convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FLAGS, BASE_ITERS,
-BASE_LR). Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...)
-replaces LR, and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only
-(TRAIN_FLAGS_LORA="--lora-rank 16").
+BASE_LR). DEMO_MODEL=1 makes that folder first (tools/prepare_demo_model.py: SmolLM2-135M-Instruct,
+offline, into HF_MODEL or by default $WORKDIR/models/smollm2-135m), and DEMO_CORPORA=1 writes the
+demo corpora's raw JSONL ($DATA_DIR/demo_raw) as the unset KO_TRAIN_INPUT / KO_EVAL_INPUT /
+EN_EVAL_INPUT, to be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env).
+
+Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...) replaces LR,
+and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only (TRAIN_FLAGS_LORA="--lora-rank 16").
 
 Standard library only: the launcher runs this outside the container image, on the batch host.
 """
@@ -40,6 +44,10 @@ class Settings:
     """DATA_DIR: datasets and the demo tokenizer (default $WORKDIR/data)."""
     hf_model: str = ""
     """HF_MODEL: Hugging Face Llama folder to convert; empty: pre-train a tiny base on English."""
+    demo_model: bool = False
+    """DEMO_MODEL: 1 prepares SmolLM2-135M-Instruct into HF_MODEL first (default $WORKDIR/models/smollm2-135m)."""
+    demo_corpora: bool = False
+    """DEMO_CORPORA: 1 writes the demo corpora's JSONL into $DATA_DIR/demo_raw as the unset *_INPUT (HF base)."""
     methods: tuple[str, ...] = ("scale-preserve", "scale-adapt", "scale-route", "full")
     """METHODS: the training entry's --method values, in order, space-separated."""
     tp: int = 2
@@ -111,6 +119,11 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.methods:
             raise SettingsError("METHODS is empty")
+        if self.demo_model and not self.hf_model:
+            raise SettingsError("DEMO_MODEL=1 needs HF_MODEL, the folder to prepare it in")
+        if self.demo_corpora and self.from_scratch:
+            raise SettingsError("DEMO_CORPORA=1 is for a Hugging Face base (HF_MODEL or DEMO_MODEL=1); "
+                                "the tiny base always uses the demo corpora")
         for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
             if getattr(self, name) <= self.warmup_iters:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
@@ -136,12 +149,23 @@ class Settings:
         workdir = Path(values.get("workdir") or Path(repo or Path.cwd()) / "runs" / "scale_korean")
         values["workdir"] = workdir
         values.setdefault("data_dir", workdir / "data")
+        if values.get("demo_model"):
+            values.setdefault("hf_model", str(workdir / "models" / "smollm2-135m"))
+        if values.get("demo_corpora"):
+            for name, split in (("ko_train_input", "ko_train"), ("ko_eval_input", "ko_valid"),
+                                ("en_eval_input", "en_valid")):
+                values.setdefault(name, str(demo_raw(values["data_dir"]) / f"{split}.jsonl"))
         values.setdefault("eval_interval", values.get("train_iters", cls.train_iters))
         methods = values.get("methods", cls.methods)
         values["method_lr"] = {m: given[f"LR_{_var(m)}"] for m in methods if f"LR_{_var(m)}" in given}
         values["method_flags"] = {m: tuple(given[f"TRAIN_FLAGS_{_var(m)}"].split())
                                   for m in methods if f"TRAIN_FLAGS_{_var(m)}" in given}
         return cls(**values)
+
+
+def demo_raw(data_dir: Path) -> Path:
+    """Where DEMO_CORPORA=1 writes the demo corpora's JSONL (tools/prepare_demo_data.py --raw-only)."""
+    return Path(data_dir) / "demo_raw"
 
 
 def _var(method: str) -> str:

@@ -1,6 +1,7 @@
 """The Korean recipe's steps, as data: what each step runs, and what it skips because it is done.
 
-    data -> [pre-train the tiny base | convert the HF base] -> per method: [upscale] -> train
+    [prepare the demo model] -> data -> [pre-train the tiny base | convert the HF base]
+         -> per method: [upscale] -> train
          -> evaluate (the report) -> per method: export to HF [-> lm-eval]
 
 `actions(settings)` lists every action in order, each a step title and a `resolve()` that looks at
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from megatron_scale.recipe.settings import Settings, SettingsError
+from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
 
 LATEST = "latest_checkpointed_iteration.txt"
 
@@ -114,7 +115,23 @@ class Recipe:
                 return _single("tools/prepare_demo_data.py", "--output-dir", s.data_dir)
             return [demo]
         sources = ((self.ko_train, s.ko_train_input), (self.ko_eval, s.ko_eval_input), (self.en_eval, s.en_eval_input))
-        return [self._preprocess(prefix, raw) for prefix, raw in sources]
+        first = [self.demo_corpora] if s.demo_corpora else []
+        return [*first, *(self._preprocess(prefix, raw) for prefix, raw in sources)]
+
+    def demo_corpora(self) -> Command | str:
+        """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer."""
+        out = demo_raw(self.s.data_dir)
+        if all((out / f"{n}.jsonl").is_file() for n in ("ko_train", "ko_valid", "en_valid")):
+            return f"demo corpora (raw JSONL) ready in {out}"
+        return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only")
+
+    def demo_model(self) -> Command | str:
+        """DEMO_MODEL=1: SmolLM2-135M-Instruct as a Hugging Face folder at HF_MODEL (the tool checks
+        it against transformers' GGUF load and writes the folder only when complete)."""
+        folder = Path(self.s.hf_model)
+        if (folder / "config.json").is_file():
+            return f"demo model ready: {folder}"
+        return _single("tools/prepare_demo_model.py", "--output-dir", folder)
 
     def _preprocess(self, prefix: Path, raw: str) -> Callable[[], Command | str]:
         def resolve() -> Command | str:
@@ -193,7 +210,10 @@ class Recipe:
 def actions(s: Settings) -> list[Action]:
     """Every action of the recipe, in order (the same list whatever $WORKDIR holds)."""
     r = Recipe(s)
-    steps: list[tuple[str, list[Callable[[], Command | str]]]] = [("data", r.data())]
+    steps: list[tuple[str, list[Callable[[], Command | str]]]] = []
+    if s.demo_model:  # before the data: preprocessing reads its tokenizer
+        steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", [r.demo_model]))
+    steps.append(("data", r.data()))
     if s.from_scratch:
         steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
                       [r.pretrain_base]))

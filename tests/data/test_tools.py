@@ -41,6 +41,22 @@ def test_demo_data_in_one_command_then_inspect(tmp_path: Path) -> None:
     assert unicodedata.normalize("NFC", first) + "<|endoftext|>" in r.stdout
 
 
+def test_demo_data_raw_only_writes_the_four_splits(tmp_path: Path) -> None:
+    """--raw-only (the recipe's DEMO_CORPORA=1): the JSONL splits, for a base model's own tokenizer;
+    no BPE, no datasets; the same documents as the full preparation writes."""
+    out = tmp_path / "raw"
+    r = _tool("prepare_demo_data.py", "--output-dir", str(out), "--raw-only")
+    assert r.returncode == 0, r.stderr
+    names = ("en_train", "en_valid", "ko_train", "ko_valid")
+    assert r.stdout.split() == [str(out / f"{n}.jsonl") for n in names]
+    assert sorted(os.listdir(out)) == sorted(f"{n}.jsonl" for n in names)
+    from megatron_scale.data.demo import korean_documents, split_held_out
+
+    train, valid = split_held_out(list(korean_documents()), 10)
+    got = [json.loads(line)["text"] for line in open(out / "ko_valid.jsonl", encoding="utf-8")]
+    assert got == valid and sum(1 for _ in open(out / "ko_train.jsonl", encoding="utf-8")) == len(train)
+
+
 def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path) -> None:
     r = _tool("preprocess_data.py", "--input", str(tmp_path / "nope.jsonl"), "--output-prefix", str(tmp_path / "o"),
               "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tmp_path))

@@ -168,6 +168,55 @@ def test_converted_base(tmp_path: Path) -> None:
     assert "--verify" not in got[-4].args and got[-1].args[-2:] == ("--device", "cuda")
 
 
+def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> None:
+    """examples/configs/smollm2-cpu.env: DEMO_MODEL=1 prepares SmolLM2 into $WORKDIR/models before
+    the data (preprocessing reads its tokenizer); DEMO_CORPORA=1 writes the demo corpora's raw
+    JSONL, which the three datasets are tokenised from with SmolLM2's tokenizer; the paper's LRs."""
+    env = _sourced("examples/configs/smollm2-cpu.env", WORKDIR=str(tmp_path),
+                   METHODS="scale-preserve llama-pro full lora freeze")
+    s = Settings.from_env(env, repo=REPO)
+    model, raw = tmp_path / "models" / "smollm2-135m", tmp_path / "data" / "demo_raw"
+    assert (s.demo_model, s.demo_corpora, s.hf_model, s.from_scratch) == (True, True, str(model), False)
+    assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input) == (
+        str(raw / "ko_train.jsonl"), str(raw / "ko_valid.jsonl"), str(raw / "en_valid.jsonl"))
+    assert (s.tp, s.device) == (1, "cpu")
+    assert {m: s.lr_of(m) for m in s.methods} == {
+        "scale-preserve": "1e-3", "llama-pro": "2e-4", "full": "1e-5", "lora": "1e-5", "freeze": "1e-5"}
+    todo = actions(s)
+    assert [a.title.split(" ")[0] for a in todo[:7]] == ["prepare", "data", "data", "data", "data", "convert",
+                                                        "upscale"]
+    got = _resolved(s)
+    assert got[0] == Command(kind="single", args=("tools/prepare_demo_model.py", "--output-dir", str(model)))
+    assert got[1] == Command(kind="single", args=("tools/prepare_demo_data.py", "--output-dir", str(raw),
+                                                  "--raw-only"))
+    pre = [list(c.args) for c in got[2:5] if isinstance(c, Command)]
+    assert [(_flag(a, "--input"), _flag(a, "--tokenizer-model")) for a in pre] == [
+        (str(raw / f"{n}.jsonl"), str(model)) for n in ("ko_train", "ko_valid", "en_valid")]
+    assert _flag(list(got[5].args), "--load") == str(model)  # type: ignore[union-attr]
+    assert _flag(_train(s, "scale-preserve"), "--tokenizer-model") == str(model)
+    # done: the folder has its config.json, the raw corpora are written (a requeued job skips both)
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    raw.mkdir(parents=True)
+    for n in ("ko_train", "ko_valid", "en_valid"):
+        (raw / f"{n}.jsonl").touch()
+    got = _resolved(s)
+    assert got[:2] == [f"demo model ready: {model}", f"demo corpora (raw JSONL) ready in {raw}"]
+
+
+def test_demo_settings_explicit_and_refused(tmp_path: Path) -> None:
+    s = _settings(tmp_path, DEMO_MODEL="1", HF_MODEL="/m/smol", DEMO_CORPORA="1", KO_EVAL_INPUT="/raw/ko.jsonl",
+                  DATA_DIR="/d")
+    assert s.hf_model == "/m/smol" and s.ko_eval_input == "/raw/ko.jsonl"  # the explicit ones win
+    assert s.ko_train_input == "/d/demo_raw/ko_train.jsonl"
+    plain = _settings(tmp_path, HF_MODEL="/m/llama", KO_TRAIN_INPUT="/raw/ko")
+    assert not plain.demo_model and [a.title for a in actions(plain)][0] == "data"  # no extra step
+    with pytest.raises(SettingsError, match="DEMO_CORPORA=1 is for a Hugging Face base"):
+        _settings(tmp_path, DEMO_CORPORA="1")
+    with pytest.raises(SettingsError, match="DEMO_MODEL=1 needs HF_MODEL"):
+        Settings(workdir=tmp_path, data_dir=tmp_path, demo_model=True)
+
+
 def test_missing_dataset_without_raw_input_is_an_error(tmp_path: Path) -> None:
     s = _settings(tmp_path, HF_MODEL="/m/llama")
     with pytest.raises(SettingsError, match="no raw input is set"):
