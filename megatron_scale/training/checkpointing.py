@@ -43,10 +43,9 @@ class CheckpointConfig:
     exit_signal_save: bool = field(default=False, metadata=flag("--exit-signal-save"))
     """On SIGTERM/SIGINT save before exiting."""
 
-    def validate(self, exit_interval: int | None) -> None:
+    def validate(self) -> None:
+        """(--load is checked where it is read: training/plan.py load_source.)"""
         positive(("--save-interval", self.save_interval))
-        if self.load is not None and not os.path.isdir(self.load):
-            raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
         for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
             if given and self.save is None:
                 raise ValueError(f"{name} needs --save")

@@ -69,9 +69,6 @@ class ModelConfig:
     """TE accumulates weight gradients straight into the fp32 main_grad buffers (--transformer-impl
     transformer_engine)."""
 
-    def arch(self, name: str) -> Any:
-        return self.architecture.get(name)
-
 
 @dataclass(kw_only=True)
 class MethodConfig:

@@ -225,6 +225,13 @@ def check_shape(arch: dict[str, Any], seq_length: int, tp: int) -> None:
                          "(give a larger --max-position-embeddings to extend the context on purpose)")
 
 
+def lora_defaults(cfg: TrainConfig) -> None:
+    """--lora-rank / --lora-alpha where neither the flags nor --load's record gave them."""
+    for attr, value in LORA_DEFAULTS.items():
+        if getattr(cfg.method, attr) is None:
+            setattr(cfg.method, attr, value)
+
+
 def architecture(cfg: TrainConfig) -> LlamaArgs:
     """The base's LlamaArgs from the (completed) architecture flags and their defaults."""
     try:
@@ -262,33 +269,28 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     if loaded is not None:
         inherit_architecture(cfg, loaded, where, resuming)
     inherit_lora(cfg, records.lora if records else None, where, resuming)
-    for attr, value in LORA_DEFAULTS.items():
-        if getattr(cfg.method, attr) is None:
-            setattr(cfg.method, attr, value)
+    lora_defaults(cfg)
     resolve_vocab(cfg)
-    base = architecture(cfg) if all(cfg.model.arch(n) is not None for n in ("num_layers", "hidden_size",
-                                    "num_attention_heads", "ffn_hidden_size")) else None
-    if records and base is not None:
-        inherit_scale(cfg, base, records.dims, where, resuming)
+    arch = architecture(cfg)  # the four sizes are there (or the one message naming those missing)
+    check_shape(cfg.model.architecture, cfg.schedule.seq_length, cfg.parallel.tp)
+    if records:
+        inherit_scale(cfg, arch, records.dims, where, resuming)
     if resuming and (records is None or records.train_state is None):
         raise ValueError(f"{where}: a model checkpoint without training state; cannot resume from it")
     if resuming:
         check_resumed_schedule(cfg, records.train_state, where)
 
     dp = cfg.parallel.data_parallel_size(world_size)
-    architecture(cfg)  # the four sizes are there (or the one message naming those missing)
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
     cfg.logging.validate(cfg.method.method)
-    check_shape(cfg.model.architecture, cfg.schedule.seq_length, cfg.parallel.tp)
-    arch = architecture(cfg)
     method = build_method(cfg, arch)
     layers = model_layers(arch, method)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
                          f"{cfg.parallel.pp}")
     cfg.data.validate()
-    cfg.checkpoint.validate(cfg.schedule.exit_interval)
+    cfg.checkpoint.validate()
     cfg.validate_te()
     record = dataclasses.replace(arch, num_layers=layers)
     if loaded is not None:
