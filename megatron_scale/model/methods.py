@@ -6,8 +6,6 @@
     Freeze                    the input embedding and the bottom `layers` layers frozen
     LlamaPro                  `blocks` identity blocks inserted (upscale/depth.py); only they train
     LoraSettings (lora.py)    LoRA on the four linears of every layer; only the adapters train
-
-`method_name` gives the training entry's --method for each.
 """
 
 from __future__ import annotations
@@ -39,13 +37,6 @@ class LlamaPro:
 
 
 Method = ScaleConfig | ScaleDims | Full | Freeze | LlamaPro | LoraSettings
-
-
-def method_name(method: Method) -> str:
-    """The --method that trains `method`."""
-    if isinstance(method, ScaleConfig | ScaleDims):
-        return f"scale-{method.variant}"
-    return {Full: "full", Freeze: "freeze", LlamaPro: "llama-pro", LoraSettings: "lora"}[type(method)]
 
 
 def recorded_method(dims: ScaleDims | None, lora: dict[str, Any] | None) -> Method:
