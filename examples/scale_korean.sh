@@ -3,11 +3,12 @@
 #   [convert the HF base] -> [preprocess] -> upscale -> train (srun / torchrun) -> evaluate -> export to HF
 #
 #   sbatch examples/scale_korean.sh examples/configs/llama3.2-1b.env   # a cluster, a real model
-#   bash examples/scale_korean.sh                                       # no Slurm: the tiny CPU demo
+#   bash examples/scale_korean.sh                                       # no Slurm: the CPU demo on SmolLM2-135M
+#   bash examples/scale_korean.sh examples/configs/tiny-cpu.env         # the tiny from-scratch base (CI)
 #
-# Settings: a config file (first argument or SCALE_CONFIG; examples/configs/*.env), then the
-# environment (which wins: configs assign with ': "${VAR:=value}"'), then the tiny defaults of
-# megatron_scale/recipe/settings.py. The steps, and what each skips because it is done (so a
+# Settings: a config file (first argument or SCALE_CONFIG; examples/configs/*.env; by default
+# examples/configs/smollm2-cpu.env), then the environment (which wins: configs assign with
+# ': "${VAR:=value}"'), then the defaults of megatron_scale/recipe/settings.py (the tiny demo). The steps, and what each skips because it is done (so a
 # requeued job resumes), are megatron_scale/recipe/steps.py; this script launches what it says.
 # #SBATCH lines are defaults: sbatch's own flags override them.
 #
@@ -31,14 +32,12 @@ if [ -z "${SCALE_REPO:-}" ]; then   # sbatch runs a copy of this file, so $0 is 
 fi
 [ -f "$SCALE_REPO/megatron_scale/train.py" ] || die "SCALE_REPO=$SCALE_REPO is not a megatron-scale checkout (set SCALE_REPO)"
 cd "$SCALE_REPO"
-SCALE_CONFIG=${1:-${SCALE_CONFIG:-}}
-if [ -n "$SCALE_CONFIG" ]; then
-  [ -f "$SCALE_CONFIG" ] || die "config file $SCALE_CONFIG does not exist (first argument or SCALE_CONFIG)"
-  set -a   # every setting the config assigns reaches the Python recipe through the environment
-  # shellcheck source=/dev/null
-  source "$SCALE_CONFIG"
-  set +a
-fi
+SCALE_CONFIG=${1:-${SCALE_CONFIG:-examples/configs/smollm2-cpu.env}}
+[ -f "$SCALE_CONFIG" ] || die "config file $SCALE_CONFIG does not exist (first argument or SCALE_CONFIG)"
+set -a   # every setting the config assigns reaches the Python recipe through the environment
+# shellcheck source=/dev/null
+source "$SCALE_CONFIG"
+set +a
 
 # ---- the launcher's own settings; the recipe's are in megatron_scale/recipe/settings.py -----------
 : "${NPROC:=2}" "${CONTAINER_IMAGE:=}" "${CONTAINER_MOUNTS:=$SCALE_REPO:$SCALE_REPO}"

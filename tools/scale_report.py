@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="take --base's evaluation at this iteration (0: before training) instead of its last")
     p.add_argument("--run", action="append", required=True, metavar="METHOD=METRICS", help="one per method")
     p.add_argument("--output", required=True, help="folder for results.json, report.md, perplexity.png")
-    p.add_argument("--old", default="en", help="evaluation set that measures forgetting")
+    p.add_argument("--old", action="append", default=None,
+                   help="evaluation set that measures forgetting (repeat for several; the first is the main one; default en)")
     p.add_argument("--new", default="ko", help="evaluation set that measures learning")
     args = p.parse_args(argv)
     runs = {}
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_scale.recipe.report import write_report
 
     try:
-        results = write_report(args.base, runs, args.output, args.old, args.new, args.base_iteration)
+        results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2

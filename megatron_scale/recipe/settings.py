@@ -11,7 +11,9 @@ convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FL
 BASE_LR). DEMO_MODEL=1 makes that folder first (tools/prepare_demo_model.py: SmolLM2-135M-Instruct,
 offline, into HF_MODEL or by default $WORKDIR/models/smollm2-135m), and DEMO_CORPORA=1 writes the
 demo corpora's raw JSONL ($DATA_DIR/demo_raw) as the unset KO_TRAIN_INPUT / KO_EVAL_INPUT /
-EN_EVAL_INPUT, to be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env).
+EN_EVAL_INPUT (Shakespeare) and EXTRA_EVAL (en_modern: the Python Language Reference's prose), to
+be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env). The tiny base
+evaluates the same three sets, tokenised by tools/prepare_demo_data.py.
 
 Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...) replaces LR,
 and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only (TRAIN_FLAGS_LORA="--lora-rank 16").
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,8 +79,8 @@ class Settings:
     """BASE_LR: peak LR of the tiny base's pre-training."""
     eval_iters: int = 4
     """EVAL_ITERS: batches per evaluation."""
-    eval_interval: int = 100
-    """EVAL_INTERVAL: iterations between evaluations of the continued runs (default TRAIN_ITERS)."""
+    eval_interval: int = 25
+    """EVAL_INTERVAL: iterations between evaluations of the continued runs (default TRAIN_ITERS / 4: the report's curves)."""
     save_interval: int = 50
     """SAVE_INTERVAL: iterations between checkpoints."""
     log_interval: int = 10
@@ -99,6 +102,8 @@ class Settings:
     """KO_EVAL_INPUT: raw Korean held-out corpus."""
     en_eval_input: str = ""
     """EN_EVAL_INPUT: raw English held-out corpus (forgetting)."""
+    extra_eval: tuple[str, ...] = ()
+    """EXTRA_EVAL: more held-out sets of the old domain, NAME=RAW_INPUT each: tokenised into $DATA_DIR/NAME_eval_text_document, evaluated in every run, a column of the report."""
     ko_train_prefix: Path | None = None
     """KO_TRAIN_PREFIX: preprocessed Korean training data (default $DATA_DIR/ko_train_text_document)."""
     ko_eval_prefix: Path | None = None
@@ -111,6 +116,8 @@ class Settings:
     """EXPORT: 1 exports every run to Hugging Face."""
     verify_export: bool = True
     """VERIFY_EXPORT: 1 compares the export's logits with the Megatron model's (--verify)."""
+    samples: bool = True
+    """SAMPLES: 1 writes every export's greedy English and Korean continuations (report/generations.md)."""
     lm_eval_tasks: str = ""
     """LM_EVAL_TASKS: comma-separated lm-evaluation-harness tasks run on every export."""
     lm_eval_flags: tuple[str, ...] = ()
@@ -124,6 +131,11 @@ class Settings:
         if self.demo_corpora and self.from_scratch:
             raise SettingsError("DEMO_CORPORA=1 is for a Hugging Face base (HF_MODEL or DEMO_MODEL=1); "
                                 "the tiny base always uses the demo corpora")
+        for item in self.extra_eval:
+            name, sep, raw = item.partition("=")
+            if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
+                raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
+                                    "(not en or ko, the recipe's own sets)")
         for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
             if getattr(self, name) <= self.warmup_iters:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
@@ -155,7 +167,8 @@ class Settings:
             for name, split in (("ko_train_input", "ko_train"), ("ko_eval_input", "ko_valid"),
                                 ("en_eval_input", "en_valid")):
                 values.setdefault(name, str(demo_raw(values["data_dir"]) / f"{split}.jsonl"))
-        values.setdefault("eval_interval", values.get("train_iters", cls.train_iters))
+            values.setdefault("extra_eval", (f"en_modern={demo_raw(values['data_dir']) / 'en_modern_valid.jsonl'}",))
+        values.setdefault("eval_interval", max(1, values.get("train_iters", cls.train_iters) // 4))
         methods = values.get("methods", cls.methods)
         values["method_lr"] = {m: given[f"LR_{_var(m)}"] for m in methods if f"LR_{_var(m)}" in given}
         values["method_flags"] = {m: tuple(given[f"TRAIN_FLAGS_{_var(m)}"].split())

@@ -74,12 +74,16 @@ class Recipe:
             self.ko_train, self.ko_eval, self.en_eval = (
                 d / "ko_train_text_document", d / "ko_valid_text_document", d / "en_valid_text_document")
             self.base_run = w / "runs" / "base"
+            self.extra = {"en_modern": d / "en_modern_valid_text_document"}  # tools/prepare_demo_data.py's
+            self.extra_raw: dict[str, str] = {}
         else:
             self.tokenizer = s.hf_model
             self.ko_train = s.ko_train_prefix or d / "ko_train_text_document"
             self.ko_eval = s.ko_eval_prefix or d / "ko_eval_text_document"
             self.en_eval = s.en_eval_prefix or d / "en_eval_text_document"
             self.converted = w / "ckpt" / "base"
+            self.extra_raw = dict(item.split("=", 1) for item in s.extra_eval)
+            self.extra = {name: d / f"{name}_eval_text_document" for name in self.extra_raw}
 
     def run_dir(self, method: str) -> Path:
         return self.s.workdir / "runs" / method
@@ -96,6 +100,7 @@ class Recipe:
                 "--global-batch-size", str(s.global_batch),
                 "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
                 "--device", s.device, "--eval-data-path", f"en={self.en_eval}", f"ko={self.ko_eval}",
+                *(f"{name}={prefix}" for name, prefix in self.extra.items()),
                 "--eval-iters", str(s.eval_iters), "--log-interval", str(s.log_interval),
                 "--exit-signal-save", *s.train_flags]
 
@@ -110,18 +115,19 @@ class Recipe:
         s = self.s
         if s.from_scratch:
             def demo() -> Command | str:
-                if Path(f"{self.ko_eval}.idx").is_file():
+                if all(Path(f"{p}.idx").is_file() for p in (self.ko_eval, *self.extra.values())):
                     return f"demo corpora ready in {s.data_dir}"
                 return _single("tools/prepare_demo_data.py", "--output-dir", s.data_dir)
             return [demo]
-        sources = ((self.ko_train, s.ko_train_input), (self.ko_eval, s.ko_eval_input), (self.en_eval, s.en_eval_input))
+        sources = ((self.ko_train, s.ko_train_input), (self.ko_eval, s.ko_eval_input), (self.en_eval, s.en_eval_input),
+                   *((self.extra[name], raw) for name, raw in self.extra_raw.items()))
         first = [self.demo_corpora] if s.demo_corpora else []
         return [*first, *(self._preprocess(prefix, raw) for prefix, raw in sources)]
 
     def demo_corpora(self) -> Command | str:
         """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer."""
         out = demo_raw(self.s.data_dir)
-        if all((out / f"{n}.jsonl").is_file() for n in ("ko_train", "ko_valid", "en_valid")):
+        if all((out / f"{n}.jsonl").is_file() for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")):
             return f"demo corpora (raw JSONL) ready in {out}"
         return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only")
 
@@ -192,7 +198,8 @@ class Recipe:
         else:
             base = ["--base", str(self.run_dir(s.methods[0]) / "metrics.jsonl"), "--base-iteration", "0"]
         runs = [a for m in s.methods for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")]
-        return _single("tools/scale_report.py", *base, *runs, "--output", s.workdir / "report")
+        old = [a for name in ("en", *self.extra) for a in ("--old", name)]
+        return _single("tools/scale_report.py", *base, *runs, *old, "--output", s.workdir / "report")
 
     def export(self, method: str) -> Command | str:
         s, out = self.s, self.s.workdir / "hf" / method
@@ -200,6 +207,13 @@ class Recipe:
             return f"exported: {out}"
         return _single("tools/convert_megatron_to_hf.py", "--load", last_ckpt(self.run_dir(method)), "--save", out,
                        "--tokenizer", self.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else []))
+
+    def samples(self) -> Command:
+        """Greedy English and Korean continuations of the HF base (when there is one) and every export."""
+        s = self.s
+        base = [] if s.from_scratch else ["--model", f"base={s.hf_model}"]
+        models = [a for m in s.methods for a in ("--model", f"{m}={s.workdir / 'hf' / m}")]
+        return _single("tools/generate_samples.py", *base, *models, "--output", s.workdir / "report")
 
     def lm_eval(self, method: str) -> Command:
         s = self.s
@@ -230,6 +244,8 @@ def actions(s: Settings) -> list[Action]:
             if s.lm_eval_tasks:
                 todo.append(lambda m=m: r.lm_eval(m))
             steps.append((f"export {m} to Hugging Face", todo))
+        if s.samples:
+            steps.append(("greedy generations in English and Korean (report/generations.md)", [r.samples]))
     return [Action(step=n, title=title, resolve=fn) for n, (title, fns) in enumerate(steps, 1) for fn in fns]
 
 

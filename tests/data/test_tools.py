@@ -24,7 +24,7 @@ def test_demo_data_in_one_command_then_inspect(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     flags = r.stdout.split()
     assert flags[:4] == ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(out / "tokenizer")]
-    for name in ("en_train", "en_valid", "ko_train", "ko_valid"):
+    for name in ("en_train", "en_valid", "ko_train", "ko_valid", "en_modern_valid"):
         for ext in (".bin", ".idx"):
             assert (out / f"{name}_text_document{ext}").is_file()
     assert not [p for p in os.listdir(out) if "partial" in p]
@@ -41,13 +41,14 @@ def test_demo_data_in_one_command_then_inspect(tmp_path: Path) -> None:
     assert unicodedata.normalize("NFC", first) + "<|endoftext|>" in r.stdout
 
 
-def test_demo_data_raw_only_writes_the_four_splits(tmp_path: Path) -> None:
+def test_demo_data_raw_only_writes_the_splits(tmp_path: Path) -> None:
     """--raw-only (the recipe's DEMO_CORPORA=1): the JSONL splits, for a base model's own tokenizer;
-    no BPE, no datasets; the same documents as the full preparation writes."""
+    no BPE, no datasets; the same documents as the full preparation writes. The modern English
+    set is the Python Language Reference's running prose: no grammar rules or code lines."""
     out = tmp_path / "raw"
     r = _tool("prepare_demo_data.py", "--output-dir", str(out), "--raw-only")
     assert r.returncode == 0, r.stderr
-    names = ("en_train", "en_valid", "ko_train", "ko_valid")
+    names = ("en_train", "en_valid", "ko_train", "ko_valid", "en_modern_valid")
     assert r.stdout.split() == [str(out / f"{n}.jsonl") for n in names]
     assert sorted(os.listdir(out)) == sorted(f"{n}.jsonl" for n in names)
     from megatron_scale.data.demo import korean_documents, split_held_out
@@ -55,6 +56,12 @@ def test_demo_data_raw_only_writes_the_four_splits(tmp_path: Path) -> None:
     train, valid = split_held_out(list(korean_documents()), 10)
     got = [json.loads(line)["text"] for line in open(out / "ko_valid.jsonl", encoding="utf-8")]
     assert got == valid and sum(1 for _ in open(out / "ko_train.jsonl", encoding="utf-8")) == len(train)
+    modern = [json.loads(line)["text"] for line in open(out / "en_modern_valid.jsonl", encoding="utf-8")]
+    words = sum(len(d.split()) for d in modern)
+    assert len(modern) > 50 and words > 30_000, (len(modern), words)
+    paragraphs = [p for d in modern for p in d.split("\n\n")]
+    assert not [p for p in paragraphs if "::=" in p or p.startswith((">>>", "*", " "))]
+    assert any(p.startswith("Exceptions are a means of breaking out of the normal flow") for p in paragraphs)
 
 
 def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path) -> None:

@@ -48,13 +48,24 @@ def test_defaults_are_the_tiny_demo(tmp_path: Path) -> None:
     s = Settings.from_env({}, repo=tmp_path)
     assert s.workdir == tmp_path / "runs" / "scale_korean" and s.data_dir == s.workdir / "data"
     assert s.from_scratch and s.methods == ("scale-preserve", "scale-adapt", "scale-route", "full")
-    assert (s.tp, s.train_iters, s.eval_interval, s.export, s.verify_export) == (2, 100, 100, True, True)
+    assert (s.tp, s.train_iters, s.eval_interval, s.export, s.verify_export) == (2, 100, 25, True, True)
+
+
+def test_tiny_config_is_the_defaults(tmp_path: Path) -> None:
+    """examples/configs/tiny-cpu.env writes the defaults out: sourced, it changes nothing."""
+    sourced = Settings.from_env(_sourced("examples/configs/tiny-cpu.env", WORKDIR=str(tmp_path)), repo=REPO)
+    assert sourced == _settings(tmp_path)
+
+
+def test_the_script_defaults_to_the_smollm2_config() -> None:
+    script = (REPO / "examples" / "scale_korean.sh").read_text()
+    assert 'SCALE_CONFIG=${1:-${SCALE_CONFIG:-examples/configs/smollm2-cpu.env}}' in script
 
 
 def test_environment_overrides_and_empty_means_unset(tmp_path: Path) -> None:
     s = _settings(tmp_path, TRAIN_ITERS="40", TP="1", METHODS="full  lora", EXPORT="0", LR="", DATA_DIR="")
     assert (s.train_iters, s.tp, s.methods, s.export) == (40, 1, ("full", "lora"), False)
-    assert s.eval_interval == 40  # EVAL_INTERVAL defaults to TRAIN_ITERS
+    assert s.eval_interval == 10  # EVAL_INTERVAL defaults to TRAIN_ITERS / 4
     assert s.lr == "3e-3" and s.data_dir == tmp_path / "data"  # bash ${VAR:=default}: empty is unset
 
 
@@ -100,9 +111,9 @@ def test_per_method_flags(tmp_path: Path) -> None:
 def test_fresh_tiny_run_lists_every_step(tmp_path: Path) -> None:
     s = _settings(tmp_path, METHODS="scale-preserve full")
     todo = actions(s)
-    assert [a.step for a in todo] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [a.step for a in todo] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert [a.title.split(" ")[0] for a in todo] == ["data", "pre-train", "upscale", "continue", "continue",
-                                                     "evaluate:", "export", "export"]
+                                                     "evaluate:", "export", "export", "greedy"]
     got = _resolved(s)
     assert all(isinstance(c, Command) for c in got)
     base = got[1]
@@ -110,6 +121,18 @@ def test_fresh_tiny_run_lists_every_step(tmp_path: Path) -> None:
     assert base.args[:2] == ("--num-layers", "4") and _flag(list(base.args), "--method") == "full"
     export = got[6]
     assert isinstance(export, Command) and export.args[-1] == "--verify"
+    # every run evaluates Shakespeare, the modern English prose and Korean; the report has all three
+    train = _train(s, "full")
+    i = train.index("--eval-data-path")
+    assert [a.split("=")[0] for a in train[i + 1:i + 4]] == ["en", "ko", "en_modern"]
+    assert train[i + 3] == f"en_modern={tmp_path / 'data' / 'en_modern_valid_text_document'}"
+    report = got[5]
+    assert isinstance(report, Command) and report.args[-6:-2] == ("--old", "en", "--old", "en_modern")
+    samples = got[8]
+    assert isinstance(samples, Command) and samples.args == (
+        "tools/generate_samples.py", "--model", f"scale-preserve={tmp_path / 'hf' / 'scale-preserve'}",
+        "--model", f"full={tmp_path / 'hf' / 'full'}", "--output", str(tmp_path / "report"))
+    assert len(actions(_settings(tmp_path, METHODS="full", SAMPLES="0"))) == 5
 
 
 def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
@@ -118,6 +141,7 @@ def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
     s = _settings(tmp_path, METHODS="scale-preserve full")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "ko_valid_text_document.idx").touch()
+    (tmp_path / "data" / "en_modern_valid_text_document.idx").touch()
     for run, it in (("base", 300), ("scale-preserve", 50), ("full", 100)):
         (tmp_path / "runs" / run).mkdir(parents=True)
         (tmp_path / "runs" / run / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
@@ -132,7 +156,7 @@ def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
     assert isinstance(got[5], Command) and got[5].args[0] == "tools/scale_report.py"  # always re-made
     assert isinstance(got[6], Command) and _flag(list(got[6].args), "--load").endswith("scale-preserve/iter_0000050")
     assert got[7] == f"exported: {tmp_path / 'hf' / 'full'}"
-    assert len(actions(s)) == 8  # the list never depends on the work dir
+    assert len(actions(s)) == 9  # the list never depends on the work dir
 
 
 def test_interrupted_base_resumes_from_its_save_dir(tmp_path: Path) -> None:
@@ -163,9 +187,10 @@ def test_converted_base(tmp_path: Path) -> None:
     report = next(c for c in got if isinstance(c, Command) and c.args[0] == "tools/scale_report.py")
     assert list(report.args[1:5]) == ["--base", str(tmp_path / "runs" / "scale-route" / "metrics.jsonl"),
                                       "--base-iteration", "0"]
-    tail = [c.args[0] for c in got[-4:] if isinstance(c, Command)]
-    assert tail == ["tools/convert_megatron_to_hf.py", "tools/lm_eval_hf.py"] * 2
-    assert "--verify" not in got[-4].args and got[-1].args[-2:] == ("--device", "cuda")
+    tail = [c.args[0] for c in got[-5:] if isinstance(c, Command)]
+    assert tail == ["tools/convert_megatron_to_hf.py", "tools/lm_eval_hf.py"] * 2 + ["tools/generate_samples.py"]
+    assert "--verify" not in got[-5].args and got[-2].args[-2:] == ("--device", "cuda")
+    assert got[-1].args[1:3] == ("--model", "base=/m/llama")  # the HF base's own continuations first
 
 
 def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> None:
@@ -177,28 +202,30 @@ def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> N
     s = Settings.from_env(env, repo=REPO)
     model, raw = tmp_path / "models" / "smollm2-135m", tmp_path / "data" / "demo_raw"
     assert (s.demo_model, s.demo_corpora, s.hf_model, s.from_scratch) == (True, True, str(model), False)
-    assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input) == (
-        str(raw / "ko_train.jsonl"), str(raw / "ko_valid.jsonl"), str(raw / "en_valid.jsonl"))
+    assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input, s.extra_eval) == (
+        str(raw / "ko_train.jsonl"), str(raw / "ko_valid.jsonl"), str(raw / "en_valid.jsonl"),
+        (f"en_modern={raw / 'en_modern_valid.jsonl'}",))
     assert (s.tp, s.device) == (1, "cpu")
     assert {m: s.lr_of(m) for m in s.methods} == {
         "scale-preserve": "1e-3", "llama-pro": "2e-4", "full": "1e-5", "lora": "1e-5", "freeze": "1e-5"}
     todo = actions(s)
-    assert [a.title.split(" ")[0] for a in todo[:7]] == ["prepare", "data", "data", "data", "data", "convert",
-                                                        "upscale"]
+    assert [a.title.split(" ")[0] for a in todo[:8]] == ["prepare", "data", "data", "data", "data", "data",
+                                                        "convert", "upscale"]
     got = _resolved(s)
     assert got[0] == Command(kind="single", args=("tools/prepare_demo_model.py", "--output-dir", str(model)))
     assert got[1] == Command(kind="single", args=("tools/prepare_demo_data.py", "--output-dir", str(raw),
                                                   "--raw-only"))
-    pre = [list(c.args) for c in got[2:5] if isinstance(c, Command)]
+    pre = [list(c.args) for c in got[2:6] if isinstance(c, Command)]
     assert [(_flag(a, "--input"), _flag(a, "--tokenizer-model")) for a in pre] == [
-        (str(raw / f"{n}.jsonl"), str(model)) for n in ("ko_train", "ko_valid", "en_valid")]
-    assert _flag(list(got[5].args), "--load") == str(model)  # type: ignore[union-attr]
+        (str(raw / f"{n}.jsonl"), str(model)) for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")]
+    assert _flag(pre[3], "--output-prefix") == str(tmp_path / "data" / "en_modern_eval")
+    assert _flag(list(got[6].args), "--load") == str(model)  # type: ignore[union-attr]
     assert _flag(_train(s, "scale-preserve"), "--tokenizer-model") == str(model)
     # done: the folder has its config.json, the raw corpora are written (a requeued job skips both)
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     raw.mkdir(parents=True)
-    for n in ("ko_train", "ko_valid", "en_valid"):
+    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid"):
         (raw / f"{n}.jsonl").touch()
     got = _resolved(s)
     assert got[:2] == [f"demo model ready: {model}", f"demo corpora (raw JSONL) ready in {raw}"]
@@ -213,6 +240,8 @@ def test_demo_settings_explicit_and_refused(tmp_path: Path) -> None:
     assert not plain.demo_model and [a.title for a in actions(plain)][0] == "data"  # no extra step
     with pytest.raises(SettingsError, match="DEMO_CORPORA=1 is for a Hugging Face base"):
         _settings(tmp_path, DEMO_CORPORA="1")
+    with pytest.raises(SettingsError, match="EXTRA_EVAL: 'ko=/raw/k.jsonl' is not NAME=RAW_INPUT"):
+        _settings(tmp_path, HF_MODEL="/m", EXTRA_EVAL="news=/raw/n.jsonl ko=/raw/k.jsonl")
     with pytest.raises(SettingsError, match="DEMO_MODEL=1 needs HF_MODEL"):
         Settings(workdir=tmp_path, data_dir=tmp_path, demo_model=True)
 
@@ -225,7 +254,7 @@ def test_missing_dataset_without_raw_input_is_an_error(tmp_path: Path) -> None:
 
 def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT"))]:
+    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT", "SAMPLES"))]:
         monkeypatch.delenv(var)
     monkeypatch.setenv("WORKDIR", str(tmp_path))
     monkeypatch.setenv("METHODS", "full")
@@ -237,6 +266,7 @@ def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.
     assert main(["next", "5"]) == 0
     out, err = capsys.readouterr()
     assert out == "skip\n" and "exported:" in err
-    assert main(["next", "6"]) == 0 and capsys.readouterr().out == "end\n"
+    assert main(["next", "6"]) == 0 and capsys.readouterr().out.startswith("single\ntools/generate_samples.py\n")
+    assert main(["next", "7"]) == 0 and capsys.readouterr().out == "end\n"
     monkeypatch.setenv("TP", "x")
     assert main(["next", "1"]) == 2 and "TP='x' is not an integer" in capsys.readouterr().err

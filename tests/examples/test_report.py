@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.report import write_report
+from megatron_scale.recipe.report import curve, write_report
 
 
 def _metrics(path: Path, evals: dict[int, dict[str, float]], route: float | None = None) -> str:
@@ -43,6 +43,27 @@ def test_table_checks_and_plot(tmp_path: Path) -> None:
     assert "| SCALE-Route | 101.00 | +1.0% | 300.00 | -70.0% | 0.750 / 0.750 |" in table
     assert (tmp_path / "out" / "perplexity.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "results.json").read_text())["table"] == table
+
+
+def test_several_old_domain_sets_and_curves(tmp_path: Path) -> None:
+    """--old en --old en_modern: a column pair each, a check each; the plot has a panel per set."""
+    base = _metrics(tmp_path / "base.jsonl", {0: {"en": 100.0, "en_modern": 20.0, "ko": 1000.0}})
+    runs = {
+        "scale-preserve": _metrics(tmp_path / "p.jsonl", {0: {"en": 100.0, "en_modern": 20.0, "ko": 1000.0},
+                                                           10: {"en": 120.0, "en_modern": 25.0, "ko": 400.0}}),
+        "full": _metrics(tmp_path / "f.jsonl", {10: {"en": 110.0, "en_modern": 40.0, "ko": 300.0}}),
+    }
+    res = write_report(base, runs, tmp_path / "out", old=("en", "en_modern"), base_iteration=0)
+    assert res["checks"] == {
+        "ko perplexity falls for scale-preserve": True, "ko perplexity falls for full": True,
+        "scale-preserve forgets less en than full": False, "scale-preserve forgets less en_modern than full": True,
+    }
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert lines[0].startswith("| method | en PPL (forgetting) | en change | en_modern PPL (forgetting) |")
+    assert "| SCALE-Preserve | 120.00 | +20.0% | 25.00 | +25.0% | 400.00 | -60.0% |  |" in lines
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    assert curve(runs["scale-preserve"], "ko") == [(0, 1000.0), (10, 400.0)]
+    assert (tmp_path / "out" / "perplexity.png").stat().st_size > 10_000
 
 
 def test_a_run_without_evaluation_is_named(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ def test_sbatch_tiny_pipeline_on_two_nodes(cluster: SlurmCluster, tmp_path: Path
     out = tmp_path / "job.out"
     env = {
         "PYTHON": sys.executable, "WORKDIR": str(work), "METHODS": "scale-preserve",
+        "SCALE_CONFIG": str(REPO / "examples" / "configs" / "tiny-cpu.env"),
         "BASE_ITERS": "4", "TRAIN_ITERS": "4", "WARMUP_ITERS": "1", "SAVE_INTERVAL": "4",
         "EVAL_ITERS": "1", "LOG_INTERVAL": "1", "OMP_NUM_THREADS": "1",
         "MASTER_PORT": str(free_ports(1)[0]),  # not the script's job-id default: other runs may share the host
@@ -69,3 +70,7 @@ def test_sbatch_tiny_pipeline_on_two_nodes(cluster: SlurmCluster, tmp_path: Path
     exported = json.loads((work / "hf" / "scale-preserve" / "config.json").read_text())
     assert "auto_map" in exported, exported
     assert re.search(r'"verify_max_abs_error": [0-9.e-]+', text), text[-4000:]
+    # the last step: greedy English and Korean continuations of the export
+    samples = json.loads((work / "report" / "generations.json").read_text())
+    assert list(samples) == ["scale-preserve"] and set(samples["scale-preserve"]) == {"en", "ko"}
+    assert all(s["text"] for lang in samples["scale-preserve"].values() for s in lang)
