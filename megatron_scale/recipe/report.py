@@ -15,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from megatron_scale.recipe.route_report import route_section
+
 LABELS = {
     "scale-preserve": "SCALE-Preserve", "scale-adapt": "SCALE-Adapt", "scale-route": "SCALE-Route",
     "full": "full fine-tuning", "freeze": "Freeze", "llama-pro": "LLaMA-Pro", "lora": "LoRA",
@@ -124,10 +126,13 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
-                 old: str = "en", new: str = "ko", base_iteration: int | None = None) -> dict:
+                 old: str = "en", new: str = "ko", base_iteration: int | None = None,
+                 route_sweep: str | os.PathLike | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png under out_dir; return
     the results (with the table under "table"). The base's numbers are `base_metrics`' last
-    evaluation, or its evaluation at `base_iteration` (0: a run's before-training evaluation)."""
+    evaluation, or its evaluation at `base_iteration` (0: a run's before-training evaluation).
+    `route_sweep` (a sweep.json of tools/route_sweep.py) adds the SCALE-Route section
+    (route_report.py) to report.md, and its numbers and markdown to results.json["route_sweep"]."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = row("base", base_metrics, base_iteration)
@@ -139,6 +144,9 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     text = table(base, rows, old, new)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
+    if route_sweep is not None:
+        results["route_sweep"] = route_section(route_sweep, out, old, new)
+        text += results["route_sweep"]["section"]
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
     plot(base, rows, out / "perplexity.png", old, new)
