@@ -50,7 +50,14 @@ def summary(sweep: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
             f"{old}_kept": cal[f"{old}_kept"], f"{new}_to_z_a": 1.0 - cal[f"{new}_kept"],
             f"calibration_{old}_kept": cal["old_kept"], f"calibration_{new}_to_z_a": cal["new_adapted"],
         }
-    return {"json": str(path), "load": settings.get("load"), "tokens": sweep["tokens"],
+    if settings.get("calibration_old") is None:
+        chosen = "on the evaluated windows themselves (in-sample)"
+    elif settings.get("calibration_skip"):
+        chosen = (f"on windows {settings['calibration_skip']} onwards of {settings['calibration_old']} and "
+                  f"{settings['calibration_new']}, held out from the evaluated ones")
+    else:
+        chosen = f"on the held-out sets {settings['calibration_old']} and {settings['calibration_new']}"
+    return {"json": str(path), "load": settings.get("load"), "tokens": sweep["tokens"], "calibrated": chosen,
             "keep_old": settings.get("keep_old"), "min_new_adapt": settings.get("min_new_adapt"),
             "heads": sweep["heads"], "statistics": stats}
 
@@ -60,9 +67,9 @@ def markdown(s: dict[str, Any], old: str, new: str, plot: str | None) -> str:
     lines = [
         "", "## SCALE-Route: every tau from one pass", "",
         f"`{s['load']}` on {tok[old]} held-out {old} and {tok[new]} {new} tokens. Calibrated tau: the largest "
-        f"keeping at least {_share(s['keep_old'])} of {old} tokens on z_p, chosen on the next windows of the same "
-        f"sets; the target for {new} is at least {_share(s['min_new_adapt'])} sent to z_a. The shares and "
-        "perplexities are measured on the evaluated windows, not the calibration ones.", "",
+        f"keeping at least {_share(s['keep_old'])} of {old} tokens on z_p, chosen {s['calibrated']}; the target "
+        f"for {new} is at least {_share(s['min_new_adapt'])} sent to z_a. The shares and perplexities are "
+        "measured on the evaluated windows.", "",
         f"| router | AUC ({old} vs {new}) | calibrated tau | {old} kept on z_p | {new} sent to z_a "
         f"| {old} PPL | {new} PPL |",
         "|" + "---|" * 7,

@@ -91,7 +91,8 @@ def _sweep(path: Path, old: str = "en", new: str = "ko", with_plot: bool = True)
     cal = (_records(3, 400, (0.5, 1.0), 2.0, 4.0), _records(4, 400, (0.0, 0.4), 8.0, 3.0))
     res = analyse((old, en), (new, ko), ("cosine", "max-prob"), "ppl", keep_old=0.95, min_new_adapt=0.5,
                   calibration_sets=cal)
-    res["settings"] = {"load": "runs/scale-route/iter_0000100", "keep_old": 0.95, "min_new_adapt": 0.5}
+    res["settings"] = {"load": "runs/scale-route/iter_0000100", "keep_old": 0.95, "min_new_adapt": 0.5,
+                       "calibration_old": "en_valid", "calibration_new": "ko_valid", "calibration_skip": 32}
     path.mkdir(parents=True)
     write_json(str(path / "sweep.json"), res)
     if with_plot:
@@ -117,6 +118,7 @@ def test_route_sweep_section(tmp_path: Path) -> None:
     assert sw["heads"]["en"] == {"z_p": pytest.approx(math.exp(2.0)), "z_a": pytest.approx(math.exp(4.0))}
     md = (tmp_path / "out" / "report.md").read_text()
     assert md.startswith(res["table"]) and "## SCALE-Route: every tau from one pass" in md
+    assert "chosen on windows 32 onwards of en_valid and ko_valid, held out from the evaluated ones" in md
     assert (f"| max-prob | 1.000 | {mp['tau']:.4g} | {mp['en_kept']:.3f} | 1.000 | {mp['en_ppl']:.2f} "
             f"| {math.exp(3.0):.2f} |") in md
     assert f"| cosine | {cos['auc']:.3f} | {cos['tau']:.4g} (ko target not reached) |" in md
