@@ -6,6 +6,9 @@
     # pick tau keeping >= 95% of English tokens on z_p (held-out sets), write it as the default:
     python tools/route_sweep.py ... --keep-old 0.95 --min-new-adapt 0.5 --calibrate-with max-prob \
         --calibration-old-data data/en_heldout --calibration-new-data data/ko_heldout --save ckpt/calibrated
+    # or held-out windows of the same sets: calibrate on windows 32..63, evaluate on 0..31
+    python tools/route_sweep.py ... --samples 32 --keep-old 0.95 --calibration-old-data data/en_text_document \
+        --calibration-new-data data/ko_text_document --calibration-skip 32
 
 Per router statistic (cosine, the paper's, and centered-cosine, max-prob, certainty): the routed
 perplexity of both sets at every tau of a grid, z_p alone and z_a alone, the ROC/AUC of the router
@@ -51,8 +54,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate-with", choices=STATISTICS, default="cosine", help="statistic whose tau is calibrated")
     p.add_argument("--calibration-old-data", default=None, help="held-out old-domain PREFIX (default: --old-data)")
     p.add_argument("--calibration-new-data", default=None, help="held-out new-domain PREFIX (default: --new-data)")
+    p.add_argument("--calibration-skip", type=int, default=0,
+                   help="calibration windows start after this many (--samples with the evaluated sets' own "
+                        "prefixes: disjoint held-out windows of one set)")
     p.add_argument("--save", default=None, help="write the checkpoint again with the calibrated tau as its default")
     return p
+
+
+def settings_of(a: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The parsed flags as the runner's SweepSettings (what sweep.json records under "settings")."""
+    from megatron_scale.route_eval.runner import SweepSettings
+
+    return SweepSettings(
+        load=a.load, old=a.old_data, new=a.new_data, out=a.out, seq_length=a.seq_length, samples=a.samples,
+        batch_size=a.batch_size, tp=a.tensor_model_parallel_size, statistics=tuple(a.statistics),
+        taus=tuple(a.taus) if a.taus else None, keep_old=a.keep_old, min_new_adapt=a.min_new_adapt,
+        calibrate_with=a.calibrate_with, calibration_old=a.calibration_old_data,
+        calibration_new=a.calibration_new_data, calibration_skip=a.calibration_skip, save=a.save,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,15 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale.convert import ConversionError
     from megatron_scale.route_eval.calibrate import CalibrationError
-    from megatron_scale.route_eval.runner import SweepSettings, run_sweep
+    from megatron_scale.route_eval.runner import run_sweep
 
-    settings = SweepSettings(
-        load=a.load, old=a.old_data, new=a.new_data, out=a.out, seq_length=a.seq_length, samples=a.samples,
-        batch_size=a.batch_size, tp=a.tensor_model_parallel_size, statistics=tuple(a.statistics),
-        taus=tuple(a.taus) if a.taus else None, keep_old=a.keep_old, min_new_adapt=a.min_new_adapt,
-        calibrate_with=a.calibrate_with, calibration_old=a.calibration_old_data,
-        calibration_new=a.calibration_new_data, save=a.save,
-    )
+    settings = settings_of(a)
 
     def work() -> dict:
         summary = run_sweep(settings)

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--old", action="append", default=None,
                    help="evaluation set that measures forgetting (repeat for several; the first is the main one; default en)")
     p.add_argument("--new", default="ko", help="evaluation set that measures learning")
+    p.add_argument("--route-sweep", default=None, metavar="SWEEP_JSON",
+                   help="tools/route_sweep.py's sweep.json (with --keep-old): adds the SCALE-Route section")
     args = p.parse_args(argv)
     runs = {}
     for item in args.run:
@@ -35,11 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_scale.recipe.report import write_report
 
     try:
-        results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration)
+        results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration,
+                               args.route_sweep)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2
     print(results["table"], end="")
+    if "route_sweep" in results:
+        print(results["route_sweep"]["section"], end="")
     for claim, ok in results["checks"].items():
         print(f"{'yes' if ok else 'NO '}  {claim}")
     print(f"written: {args.output}/results.json, report.md, perplexity.png")

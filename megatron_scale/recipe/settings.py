@@ -112,6 +112,17 @@ class Settings:
     """EN_EVAL_PREFIX: preprocessed English held-out data (default $DATA_DIR/en_eval_text_document)."""
     preprocess_flags: tuple[str, ...] = ("--append-eod", "--workers", "8")
     """PREPROCESS_FLAGS: flags of tools/preprocess_data.py."""
+    route_sweep: bool = True
+    """ROUTE_SWEEP: 1 sweeps SCALE-Route's router after it trains (when scale-route is in METHODS):
+    every tau of every router statistic on the held-out sets, into the report."""
+    route_sweep_samples: int = 32
+    """ROUTE_SWEEP_SAMPLES: SEQ_LENGTH-token windows of each held-out set the sweep evaluates; the
+    next as many calibrate tau (each set needs 2 x ROUTE_SWEEP_SAMPLES x (SEQ_LENGTH + 1) tokens)."""
+    route_keep_old: float = 0.95
+    """ROUTE_KEEP_OLD: the calibrated tau keeps at least this share of English tokens on z_p."""
+    route_min_new_adapt: float = 0.5
+    """ROUTE_MIN_NEW_ADAPT: and is reported as reaching its target when it sends at least this share
+    of Korean tokens to z_a."""
     export: bool = True
     """EXPORT: 1 exports every run to Hugging Face."""
     verify_export: bool = True
@@ -136,6 +147,11 @@ class Settings:
             if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
                 raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
                                     "(not en or ko, the recipe's own sets)")
+        if self.route_sweep_samples < 1:
+            raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
+        for name in ("route_keep_old", "route_min_new_adapt"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise SettingsError(f"{name.upper()}={getattr(self, name)} must be a share in (0, 1]")
         for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
             if getattr(self, name) <= self.warmup_iters:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
@@ -194,6 +210,11 @@ def _parse(name: str, kind: object, text: str) -> object:
             return int(text)
         except ValueError:
             raise SettingsError(f"{name.upper()}={text!r} is not an integer") from None
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise SettingsError(f"{name.upper()}={text!r} is not a number") from None
     if kind == "bool":
         return text == "1"
     if kind.startswith("tuple"):

@@ -1,7 +1,7 @@
 """The Korean recipe's steps, as data: what each step runs, and what it skips because it is done.
 
     [prepare the demo model] -> data -> [pre-train the tiny base | convert the HF base]
-         -> per method: [upscale] -> train
+         -> per method: [upscale] -> train [-> scale-route: sweep its router over every tau]
          -> evaluate (the report) -> per method: export to HF [-> lm-eval]
 
 `actions(settings)` lists every action in order, each a step title and a `resolve()` that looks at
@@ -18,6 +18,7 @@ torchrun, a container) is the launcher's business.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +190,27 @@ class Recipe:
             *self.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run),
             *s.method_flags.get(method, ())))
 
+    def sweep_dir(self) -> Path:
+        return self.run_dir("scale-route") / "sweep"
+
+    def route_sweep(self) -> Command | str:
+        """SCALE-Route's router at every tau of every statistic, from one pass over the first
+        ROUTE_SWEEP_SAMPLES windows of the held-out English and Korean sets; tau calibrated on the
+        next as many windows (held out from the evaluated ones). Done when sweep.json records the
+        run's last checkpoint and these settings."""
+        s, out, load = self.s, self.sweep_dir(), last_ckpt(self.run_dir("scale-route"))
+        n = s.route_sweep_samples
+        want = {"load": str(load), "samples": n, "seq_length": s.seq_length, "keep_old": s.route_keep_old,
+                "min_new_adapt": s.route_min_new_adapt, "calibration_skip": n}
+        if _recorded_settings(out / "sweep.json", want):
+            return f"swept: {out / 'sweep.json'}"
+        return _single("tools/route_sweep.py", "--load", load, "--old-data", f"en={self.en_eval}",
+                       "--new-data", f"ko={self.ko_eval}", "--out", out, "--seq-length", s.seq_length,
+                       "--samples", n, "--batch-size", s.micro_batch, "--tensor-model-parallel-size", s.tp,
+                       "--keep-old", s.route_keep_old, "--min-new-adapt", s.route_min_new_adapt,
+                       "--calibration-old-data", self.en_eval, "--calibration-new-data", self.ko_eval,
+                       "--calibration-skip", n)
+
     def report(self) -> Command:
         """The base's numbers: the tiny base's last evaluation, or (converted base) the first
         method's iteration-0 evaluation, made before its first step."""
@@ -199,7 +221,8 @@ class Recipe:
             base = ["--base", str(self.run_dir(s.methods[0]) / "metrics.jsonl"), "--base-iteration", "0"]
         runs = [a for m in s.methods for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")]
         old = [a for name in ("en", *self.extra) for a in ("--old", name)]
-        return _single("tools/scale_report.py", *base, *runs, *old, "--output", s.workdir / "report")
+        sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) else []
+        return _single("tools/scale_report.py", *base, *runs, *old, "--output", s.workdir / "report", *sweep)
 
     def export(self, method: str) -> Command | str:
         s, out = self.s, self.s.workdir / "hf" / method
@@ -237,6 +260,9 @@ def actions(s: Settings) -> list[Action]:
         if m.startswith("scale-"):
             steps.append((f"upscale the base for {m}", [lambda m=m: r.upscale(m)]))
         steps.append((f"continue on Korean with --method {m} ({s.train_iters} iterations)", [lambda m=m: r.train(m)]))
+        if m == "scale-route" and sweeps(s):
+            steps.append(("sweep SCALE-Route's router: every tau of every statistic on the held-out sets",
+                          [r.route_sweep]))
     steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity", [r.report]))
     if s.export:
         for m in s.methods:
@@ -247,6 +273,20 @@ def actions(s: Settings) -> list[Action]:
         if s.samples:
             steps.append(("greedy generations in English and Korean (report/generations.md)", [r.samples]))
     return [Action(step=n, title=title, resolve=fn) for n, (title, fns) in enumerate(steps, 1) for fn in fns]
+
+
+def sweeps(s: Settings) -> bool:
+    """The recipe sweeps SCALE-Route's router (ROUTE_SWEEP=1 and scale-route among METHODS)."""
+    return s.route_sweep and "scale-route" in s.methods
+
+
+def _recorded_settings(path: Path, want: dict[str, object]) -> bool:
+    """`path` (a route sweep's JSON) exists and its settings hold every item of `want`."""
+    try:
+        got = json.loads(path.read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return all(got.get(k) == v for k, v in want.items())
 
 
 def _single(script: str, *args: object) -> Command:

@@ -28,6 +28,7 @@ def plot(results: dict[str, Any], path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     old, new, metric = results["old"], results["new"], results["metric"]
     fig, (ax, roc_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
@@ -43,9 +44,14 @@ def plot(results: dict[str, Any], path: str) -> None:
     ax.set_xlabel(f"old domain ({old}) {metric}")
     ax.set_ylabel(f"new domain ({new}) {metric}")
     ax.set_title(f"routed {metric}, one point per tau (* calibrated)")
-    if metric == "ppl":
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+    if metric == "ppl":  # log where perplexities span orders of magnitude; else linear, plain ticks
+        for axis, name in ((ax.xaxis, old), (ax.yaxis, new)):
+            values = [p[name] for r in results["statistics"].values() for p in r["points"]]
+            values += [heads[name]["z_p"], heads[name]["z_a"]]
+            if max(values) > 10.0 * min(values):
+                (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+            else:
+                axis.set_major_formatter(matplotlib.ticker.ScalarFormatter(useOffset=False))
     roc_ax.plot([0, 1], [0, 1], ":", color="gray")
     roc_ax.set_xlabel(f"{new} tokens kept on z_p (FPR)")
     roc_ax.set_ylabel(f"{old} tokens kept on z_p (TPR)")

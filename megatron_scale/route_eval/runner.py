@@ -35,8 +35,13 @@ class SweepSettings:
     calibrate_with: str = "cosine"
     calibration_old: str | None = None  # held-out prefixes for calibration (default: the eval sets)
     calibration_new: str | None = None
+    calibration_skip: int = 0  # calibration windows start after this many (disjoint from the evaluated ones)
     save: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """What sweep.json records under "settings" (the recipe reads it to skip a done sweep)."""
+        return {k: v for k, v in vars(self).items() if k != "extra"}
 
     def check(self) -> None:
         for flag, value in (("--seq-length", self.seq_length), ("--samples", self.samples),
@@ -54,10 +59,25 @@ class SweepSettings:
             raise ValueError("--calibration-old-data and --calibration-new-data go together")
         if self.keep_old is None and (self.min_new_adapt is not None or self.calibration_old is not None):
             raise ValueError("--min-new-adapt and --calibration-*-data need --keep-old")
+        if self.calibration_skip < 0:
+            raise ValueError(f"--calibration-skip: must be at least 0, got {self.calibration_skip}")
+        if self.calibration_skip and self.calibration_old is None:
+            raise ValueError("--calibration-skip needs --calibration-old-data and --calibration-new-data")
+        for flag, cal, (_, evaluated), eval_flag in (("--calibration-old-data", self.calibration_old, self.old, "--old-data"),
+                                                     ("--calibration-new-data", self.calibration_new, self.new, "--new-data")):
+            if cal is not None and _same(cal, evaluated) and self.calibration_skip < self.samples:
+                raise ValueError(f"{flag} is {eval_flag}'s set: its windows overlap the evaluated ones unless "
+                                 f"--calibration-skip >= --samples ({self.samples}); leave the --calibration-* "
+                                 "flags out to calibrate on the evaluated windows themselves")
         check_share("--keep-old", self.keep_old)
         check_share("--min-new-adapt", self.min_new_adapt)
         if not os.path.isdir(self.load):
             raise ValueError(f"--load: checkpoint directory {self.load} does not exist")
+
+
+def _same(a: str, b: str) -> bool:
+    """Two dataset prefixes naming the same files."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _model(load: str, tp: int, device: torch.device) -> Any:
@@ -103,13 +123,15 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
     sets = {"old": windows(s.old[1], s.seq_length, s.samples, flag="--old-data"),
             "new": windows(s.new[1], s.seq_length, s.samples, flag="--new-data")}
     if s.calibration_old is not None:
-        sets["cal_old"] = windows(s.calibration_old, s.seq_length, s.samples, flag="--calibration-old-data")
-        sets["cal_new"] = windows(s.calibration_new, s.seq_length, s.samples, flag="--calibration-new-data")
+        sets["cal_old"] = windows(s.calibration_old, s.seq_length, s.samples, skip=s.calibration_skip,
+                                  flag="--calibration-old-data")
+        sets["cal_new"] = windows(s.calibration_new, s.seq_length, s.samples, skip=s.calibration_skip,
+                                  flag="--calibration-new-data")
     rec = on_ranks(_records_rank, s.tp, 1, s, sets)[0]
     cal_sets = (rec["cal_old"], rec["cal_new"]) if "cal_old" in rec else None
     results = analyse((s.old[0], rec["old"]), (s.new[0], rec["new"]), s.statistics, "ppl", taus=s.taus,
                       keep_old=s.keep_old, min_new_adapt=s.min_new_adapt, calibration_sets=cal_sets)
-    results["settings"] = {k: v for k, v in vars(s).items() if k != "extra"}
+    results["settings"] = s.record()
     summary: dict[str, Any] = {"auc": {k: v["auc"] for k, v in results["statistics"].items()},
                                "heads": results["heads"]}
     if s.keep_old is not None:

@@ -4,6 +4,7 @@ skips (the requeue/resume behaviour of examples/scale_korean.sh)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -270,3 +271,63 @@ def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.
     assert main(["next", "7"]) == 0 and capsys.readouterr().out == "end\n"
     monkeypatch.setenv("TP", "x")
     assert main(["next", "1"]) == 2 and "TP='x' is not an integer" in capsys.readouterr().err
+
+
+def _sweep_parser():  # type: ignore[no-untyped-def]
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import route_sweep
+
+    return route_sweep
+
+
+def test_route_sweep_follows_scale_route_and_feeds_the_report(tmp_path: Path) -> None:
+    """scale-route in METHODS: after its training, tools/route_sweep.py on the held-out sets (the
+    first ROUTE_SWEEP_SAMPLES windows evaluated, the next as many calibrate), with flags the tool
+    accepts; the report reads its sweep.json. A sweep.json recording the run's last checkpoint and
+    these settings (as the tool writes them) is done; another checkpoint or sample count is not."""
+    route_sweep = _sweep_parser()
+    s = _settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="8", ROUTE_KEEP_OLD="0.9")
+    titles = [a.title.split(" ")[0] for a in actions(s)]
+    assert titles == ["data", "pre-train", "upscale", "continue", "sweep", "continue", "evaluate:", "export", "export",
+                      "greedy"]
+    run = tmp_path / "runs" / "scale-route"
+    run.mkdir(parents=True)
+    (run / "latest_checkpointed_iteration.txt").write_text("100\n")
+    got = _resolved(s)
+    sweep = got[4]
+    assert isinstance(sweep, Command) and sweep.kind == "single" and sweep.args[0] == "tools/route_sweep.py"
+    a = route_sweep.parser().parse_args(sweep.args[1:])
+    data = tmp_path / "data"
+    assert (a.load, a.old_data, a.new_data, a.out) == (
+        str(run / "iter_0000100"), ("en", str(data / "en_valid_text_document")),
+        ("ko", str(data / "ko_valid_text_document")), str(run / "sweep"))
+    assert (a.samples, a.calibration_skip, a.seq_length, a.batch_size, a.tensor_model_parallel_size) == (8, 8, 128, 8, 2)
+    assert (a.keep_old, a.min_new_adapt) == (0.9, 0.5)
+    assert (a.calibration_old_data, a.calibration_new_data) == (str(data / "en_valid_text_document"),
+                                                                str(data / "ko_valid_text_document"))
+    report = got[6]
+    assert isinstance(report, Command) and _flag(list(report.args), "--route-sweep") == str(run / "sweep" / "sweep.json")
+    # done: sweep.json records what the tool would record for this command
+    (run / "sweep").mkdir()
+    (run / "sweep" / "sweep.json").write_text(json.dumps({"settings": route_sweep.settings_of(a).record()}))
+    assert _resolved(s)[4] == f"swept: {run / 'sweep' / 'sweep.json'}"
+    assert isinstance(_resolved(_settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="16",
+                                          ROUTE_KEEP_OLD="0.9"))[4], Command)
+    (run / "latest_checkpointed_iteration.txt").write_text("150\n")  # trained further: sweep again
+    assert isinstance(_resolved(s)[4], Command)
+
+
+def test_no_route_sweep_without_scale_route_or_when_off(tmp_path: Path) -> None:
+    for env in ({"METHODS": "scale-preserve full"}, {"METHODS": "scale-route", "ROUTE_SWEEP": "0"}):
+        s = _settings(tmp_path, **env)
+        assert not any(a.title.startswith("sweep") for a in actions(s))
+        report = next(c for c in _resolved(s) if isinstance(c, Command) and c.args[0] == "tools/scale_report.py")
+        assert "--route-sweep" not in report.args
+    with pytest.raises(SettingsError, match=r"ROUTE_KEEP_OLD=1.5 must be a share in \(0, 1\]"):
+        _settings(tmp_path, ROUTE_KEEP_OLD="1.5")
+    with pytest.raises(SettingsError, match="ROUTE_MIN_NEW_ADAPT='half' is not a number"):
+        _settings(tmp_path, ROUTE_MIN_NEW_ADAPT="half")
+    with pytest.raises(SettingsError, match="ROUTE_SWEEP_SAMPLES=0 must be at least 1"):
+        _settings(tmp_path, ROUTE_SWEEP_SAMPLES="0")

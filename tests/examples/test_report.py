@@ -87,3 +87,77 @@ def test_base_from_a_runs_iteration_zero(tmp_path: Path) -> None:
     assert res["runs"][0]["iteration"] == 20
     with pytest.raises(ValueError, match=r"no evaluation at iteration 5 \(evaluated at \[0, 20\]\)"):
         write_report(run, {"scale-preserve": run}, tmp_path / "out", base_iteration=5)
+
+
+def _records(seed: int, n: int, prob: tuple[float, float], loss_p: float, loss_a: float) -> dict:
+    """Per-token records as route_eval.collect makes them: max-prob uniform in `prob`, the cosine
+    uniform in [0, 1] (no information), constant losses per head."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = prob
+    return {"stat/max-prob": lo + (hi - lo) * torch.rand(n, generator=g), "stat/cosine": torch.rand(n, generator=g),
+            "loss_p": torch.full((n,), loss_p), "loss_a": torch.full((n,), loss_a),
+            "correct_p": torch.zeros(n), "correct_a": torch.zeros(n)}
+
+
+def _sweep(path: Path, old: str = "en", new: str = "ko", with_plot: bool = True) -> Path:
+    """A sweep.json and sweep.png as tools/route_sweep.py writes them (route_eval's own analysis,
+    JSON and plot): English sure under z_p (max-prob in [0.5, 1]), Korean not ([0, 0.4]);
+    tau calibrated on other records from the same distributions."""
+    from megatron_scale.route_eval.analysis import analyse
+    from megatron_scale.route_eval.report import plot, write_json
+
+    en, ko = _records(1, 400, (0.5, 1.0), 2.0, 4.0), _records(2, 400, (0.0, 0.4), 8.0, 3.0)
+    cal = (_records(3, 400, (0.5, 1.0), 2.0, 4.0), _records(4, 400, (0.0, 0.4), 8.0, 3.0))
+    res = analyse((old, en), (new, ko), ("cosine", "max-prob"), "ppl", keep_old=0.95, min_new_adapt=0.5,
+                  calibration_sets=cal)
+    res["settings"] = {"load": "runs/scale-route/iter_0000100", "keep_old": 0.95, "min_new_adapt": 0.5,
+                       "calibration_old": "en_valid", "calibration_new": "ko_valid", "calibration_skip": 32}
+    path.mkdir(parents=True)
+    write_json(str(path / "sweep.json"), res)
+    if with_plot:
+        plot(res, str(path / "sweep.png"))
+    return path / "sweep.json"
+
+
+def test_route_sweep_section(tmp_path: Path) -> None:
+    """The report's SCALE-Route section: per statistic its AUC and the calibrated tau's shares and
+    perplexities on the evaluated windows, z_p and z_a alone; the plot beside report.md."""
+    base = _metrics(tmp_path / "base.jsonl", {300: {"en": 100.0, "ko": 1000.0}})
+    route = _metrics(tmp_path / "r.jsonl", {20: {"en": 101.0, "ko": 300.0}}, route=0.75)
+    res = write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=_sweep(tmp_path / "sweep"))
+    sw = res["route_sweep"]
+    mp, cos = sw["statistics"]["max-prob"], sw["statistics"]["cosine"]
+    assert mp["auc"] == 1.0 and 0.4 < cos["auc"] < 0.6  # separable vs uninformative
+    # max-prob: every Korean token to z_a (ko PPL = e^3, z_a's), ~95% of English kept on z_p
+    assert mp["ko_to_z_a"] == 1.0 and mp["ko_ppl"] == pytest.approx(math.exp(3.0))
+    assert 0.9 < mp["en_kept"] < 1.0 and mp["calibration_en_kept"] >= 0.95 and mp["reachable"] and mp["held_out"]
+    assert mp["en_ppl"] == pytest.approx(math.exp(2.0 * mp["en_kept"] + 4.0 * (1 - mp["en_kept"])))
+    # the cosine keeps 95% of English only by keeping ~95% of Korean too: its Korean target fails
+    assert cos["ko_to_z_a"] < 0.2 and not cos["reachable"]
+    assert sw["heads"]["en"] == {"z_p": pytest.approx(math.exp(2.0)), "z_a": pytest.approx(math.exp(4.0))}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.startswith(res["table"]) and "## SCALE-Route: every tau from one pass" in md
+    assert "chosen on windows 32 onwards of en_valid and ko_valid, held out from the evaluated ones" in md
+    assert (f"| max-prob | 1.000 | {mp['tau']:.4g} | {mp['en_kept']:.3f} | 1.000 | {mp['en_ppl']:.2f} "
+            f"| {math.exp(3.0):.2f} |") in md
+    assert f"| cosine | {cos['auc']:.3f} | {cos['tau']:.4g} (ko target not reached) |" in md
+    assert f"| z_a alone | | | 0.000 | 1.000 | {math.exp(4.0):.2f} | {math.exp(3.0):.2f} |" in md
+    assert "![every tau of each router statistic, and its ROC](route_sweep.png)" in md
+    assert (tmp_path / "out" / "route_sweep.png").read_bytes() == (tmp_path / "sweep" / "sweep.png").read_bytes()
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["route_sweep"]["statistics"] == sw["statistics"]
+
+
+def test_route_sweep_of_other_sets_or_uncalibrated_is_refused(tmp_path: Path) -> None:
+    base = _metrics(tmp_path / "base.jsonl", {300: {"en": 100.0, "ko": 1000.0}})
+    route = _metrics(tmp_path / "r.jsonl", {20: {"en": 101.0, "ko": 300.0}})
+    other = _sweep(tmp_path / "de", old="en", new="de", with_plot=False)
+    with pytest.raises(ValueError, match=r"--route-sweep .*swept 'en' against 'de', the report compares 'en' against 'ko'"):
+        write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=other)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"old": "en", "new": "ko", "statistics": {"cosine": {"auc": 0.5}}}))
+    with pytest.raises(ValueError, match=r"no calibrated tau for \['cosine'\] \(sweep with --keep-old\)"):
+        write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=bare)
+    with pytest.raises(FileNotFoundError, match="--route-sweep .*missing.json: no such file"):
+        write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=tmp_path / "missing.json")

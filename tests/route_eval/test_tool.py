@@ -1,9 +1,10 @@
 """tools/route_sweep.py end to end on a tiny SCALE-Route checkpoint (converted from a tiny HF
 Llama and upscaled), swept at TP=2 over an old-domain and a new-domain indexed dataset: the JSON
 and plot are written for every statistic; at upscaling z_a == z_p, so both heads give the same
-perplexity and the cosine is 1 on every token (AUC exactly 0.5); the calibrated tau keeps its
-target share of old tokens, is written as the default of a new checkpoint, and the HF export
-of that checkpoint carries it. Bad input: one error line naming the flag.
+perplexity and the cosine is 1 on every token (AUC exactly 0.5); the calibrated tau (chosen on
+held-out windows of the same sets, --calibration-skip) keeps its target share of old tokens, is
+written as the default of a new checkpoint, and the HF export of that checkpoint carries it. Bad
+input: one error line naming the flag.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     new = _dataset(root / "new", 1, _hf.VOCAB // 2, _hf.VOCAB)
     argv = ["--load", str(root / "route"), "--old-data", f"en={old}", "--new-data", f"ko={new}", "--seq-length", "16",
             "--samples", "6", "--batch-size", "3", "--tensor-model-parallel-size", "2", "--keep-old", "0.9",
-            "--calibrate-with", "max-prob", "--save", str(root / "calibrated"), "--out", str(root / "out")]
+            "--calibrate-with", "max-prob", "--save", str(root / "calibrated"), "--out", str(root / "out"),
+            "--calibration-old-data", old, "--calibration-new-data", new, "--calibration-skip", "6"]
     rc = route_sweep.main(argv)
     return {"root": root, "rc": rc, "argv": argv, "old": old, "new": new}
 
@@ -77,7 +79,9 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
 
     res = json.loads((work["root"] / "out" / "sweep.json").read_text())
     cal = res["statistics"]["max-prob"]["calibration"]
-    assert cal["old_kept"] >= 0.9 and cal["reachable"] and not cal["held_out"]
+    # calibrated on windows 6..11 of the same sets (held out from the evaluated 0..5)
+    assert cal["old_kept"] >= 0.9 and cal["reachable"] and cal["held_out"]
+    assert res["settings"]["calibration_skip"] == 6 and res["tokens"] == {"en": 6 * 16, "ko": 6 * 16}
     dims = read_scale_record(work["root"] / "calibrated")["dims"]
     assert (dims["router_tau"], dims["router_statistic"]) == (cal["tau"], "max-prob")
     convert_megatron_to_hf(work["root"] / "calibrated", work["root"] / "hf-calibrated", progress=False)
@@ -93,6 +97,9 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
         ({"--keep-old": None, "--save": "x"}, "--save writes the calibrated tau: it needs --keep-old"),
         ({"--samples": "1000", "--save": None}, "--old-data"),
         ({"--calibrate-with": "cosine", "--statistics": "max-prob"}, "--calibrate-with 'cosine' is not among"),
+        ({"--calibration-skip": "3"}, "--calibration-old-data is --old-data's set: its windows overlap"),
+        ({"--calibration-skip": "40", "--save": None}, "--calibration-old-data"),
+        ({"--calibration-skip": "-1"}, "--calibration-skip: must be at least 0"),
     ],
 )
 def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys: pytest.CaptureFixture) -> None:
@@ -111,3 +118,13 @@ def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys
         rc = e.code
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_windows_skip(work: dict) -> None:
+    """Windows after `skip` are the same windows as counted from the start; too few tokens name
+    the flag and the skipped windows."""
+    from megatron_scale.route_eval.windows import windows
+
+    assert torch.equal(windows(work["old"], 16, 3, skip=2), windows(work["old"], 16, 5)[2:])
+    with pytest.raises(ValueError, match=r"--calibration-new-data .*after the 28 skipped windows: 493 needed"):
+        windows(work["new"], 16, 1, skip=28, flag="--calibration-new-data")
