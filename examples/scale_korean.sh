@@ -43,6 +43,8 @@ set +a
 : "${NPROC:=2}" "${CONTAINER_IMAGE:=}" "${CONTAINER_MOUNTS:=$SCALE_REPO:$SCALE_REPO}"
 : "${MASTER_PORT:=$((29500 + ${SLURM_JOB_ID:-0} % 1000))}"
 export SCALE_REPO MASTER_PORT OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
+# tools/*.py import megatron_scale from this checkout, as `python -m megatron_scale.train` (run here) does
+export PYTHONPATH=$SCALE_REPO${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}   # NCCL_IB_HCA, NCCL_SOCKET_IFNAME: pass through
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -57,53 +59,79 @@ CONTAINER=()
 [ -n "$CONTAINER_IMAGE" ] && CONTAINER=(--container-image="$CONTAINER_IMAGE" --container-mounts="$CONTAINER_MOUNTS" --container-workdir="$SCALE_REPO")
 
 # ---- launching: one task per GPU under srun, torchrun on this machine otherwise --------------
-STEP_PID='' STOPPING=0 REQUEUE=0
-on_signal() {  # USR1: the time limit is near (requeue); TERM: pre-emption (Slurm requeues)
-  STOPPING=1; [ "$1" = USR1 ] && REQUEUE=1
+# Stopping early (docs/recipe.md, "Requeue"): USR1 (--signal=B:USR1@300: the time limit is near)
+# or TERM reaching this shell, or a training run whose tasks got SIGTERM themselves (pre-emption's
+# notice, `scancel --signal=TERM JOB`) and saved at an iteration boundary: no further step starts,
+# and under Slurm the job requeues itself; the requeued job skips what is done.
+STEP_PID='' STEP_SRUN=0 STOPPING=0
+signal_step() {  # ask the running step to save and stop
+  [ -n "$STEP_PID" ] || return 0
+  if [ "$STEP_SRUN" = 1 ]; then
+    # srun answers SIGTERM by SIGKILLing its tasks, which then cannot save: have Slurm deliver
+    # SIGTERM to the tasks themselves (every step of this job; the batch shell is not a target)
+    scancel --signal=TERM "$SLURM_JOB_ID" || kill -TERM "$STEP_PID" 2>/dev/null || true
+  else
+    kill -TERM "$STEP_PID" 2>/dev/null || true   # torchrun passes it to its workers
+  fi
+}
+on_signal() {
+  [ "$STOPPING" = 1 ] && return 0
+  STOPPING=1
   echo "scale_korean.sh: SIG$1: asking the running step to save and stop" >&2
-  [ -n "$STEP_PID" ] && kill -TERM "$STEP_PID" 2>/dev/null || true
+  signal_step
 }
 trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM
-wait_step() {  # the backgrounded step's status; a trapped signal interrupts `wait`, so wait again
+stop_job() {  # $1: why. No step after this one; under Slurm, requeue.
+  echo "scale_korean.sh: $1"
+  if [ "$ON_SLURM" = 0 ]; then
+    echo "scale_korean.sh: stopped; run the same command again to resume"
+    exit 0
+  fi
+  if scontrol requeue "$SLURM_JOB_ID"; then
+    echo "scale_korean.sh: requeued job $SLURM_JOB_ID; when it starts again it skips the finished steps and resumes"
+    exit 0
+  fi
+  echo "scale_korean.sh: scontrol requeue refused (the job was cancelled, or submitted with --no-requeue); submit it again to resume" >&2
+  exit 1
+}
+launch() {  # COMMAND...: run a step in the background, pass it a signal, return its status
+  "$@" & STEP_PID=$!
+  [ "$STOPPING" = 1 ] && signal_step   # a signal that came before STEP_PID was set
   local rc=0
-  while :; do
+  while :; do  # a trapped signal interrupts `wait`, so wait again
     rc=0; wait "$STEP_PID" || rc=$?
     kill -0 "$STEP_PID" 2>/dev/null || break
   done
-  STEP_PID=''
-  if [ "$STOPPING" = 1 ]; then
-    if [ "$REQUEUE" = 1 ] && [ "$ON_SLURM" = 1 ]; then scontrol requeue "$SLURM_JOB_ID"; fi
-    echo "scale_korean.sh: stopped on a signal after saving; run again (or let Slurm requeue) to resume"
-    exit 0
-  fi
+  STEP_PID='' STEP_SRUN=0
+  [ "$STOPPING" = 1 ] && stop_job "stopped on a signal"
   return "$rc"
 }
 single() {  # a one-process step (it may start its own ranks); inside the container when there is one
   if [ "$ON_SLURM" = 1 ] && [ -n "$CONTAINER_IMAGE" ]; then
-    srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 "${CONTAINER[@]}" "$PYTHON" "$@" & STEP_PID=$!
+    STEP_SRUN=1
+    launch srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 "${CONTAINER[@]}" "$PYTHON" "$@"
   else
-    "$PYTHON" "$@" & STEP_PID=$!
+    launch "$PYTHON" "$@"
   fi
-  wait_step
 }
 train() {  # python -m megatron_scale.train FLAGS... on every rank
   if [ "$ON_SLURM" = 1 ]; then
+    STEP_SRUN=1
     # shellcheck disable=SC2016  # expanded by each task's shell, from that task's Slurm variables
-    srun --kill-on-bad-exit=1 "${CONTAINER[@]}" bash -c \
+    launch srun --kill-on-bad-exit=1 "${CONTAINER[@]}" bash -c \
       'echo "rank $SLURM_PROCID of $SLURM_NTASKS on node $SLURMD_NODENAME (local rank $SLURM_LOCALID), master $MASTER_ADDR:$MASTER_PORT"
        RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID exec "$@"' rank \
-      "$PYTHON" -m megatron_scale.train "$@" & STEP_PID=$!
+      "$PYTHON" -m megatron_scale.train "$@"
   else
-    "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC" -m megatron_scale.train "$@" & STEP_PID=$!
+    launch "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC" -m megatron_scale.train "$@"
   fi
-  wait_step
 }
 
 if [ "$ON_SLURM" = 1 ]; then
   MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
   export MASTER_ADDR
-  echo "job $SLURM_JOB_ID: nodes $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT"
+  echo "job $SLURM_JOB_ID: nodes $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks, master $MASTER_ADDR:$MASTER_PORT, restart ${SLURM_RESTART_COUNT:-0}"
 else
   echo "no Slurm: running on this machine with torchrun, $NPROC ranks"
 fi
@@ -113,11 +141,16 @@ echo "repo $SCALE_REPO, python $PYTHON, $summary"
 k=0
 while :; do
   k=$((k + 1))
+  [ "$STOPPING" = 1 ] && stop_job "stopped on a signal between steps"
   plan=$("$RECIPE" -m megatron_scale.recipe next "$k")   # kind, then one argument per line
   mapfile -t cmd <<<"$plan"
   case ${cmd[0]} in
     single) single "${cmd[@]:1}" ;;
-    train) train "${cmd[@]:1}" ;;
+    train)
+      train "${cmd[@]:1}"
+      # exit status 0 but not done: its tasks got SIGTERM (not through this shell), saved and stopped
+      state=$("$RECIPE" -m megatron_scale.recipe "done" "$k")
+      [ "$state" = "done" ] || stop_job "the training stopped before its last iteration (its tasks got a signal)" ;;
     skip) ;;
     end) break ;;
     *) die "unexpected answer from megatron_scale.recipe: $plan" ;;

@@ -37,6 +37,8 @@ class Command:
     """single: `python ARGS...`; train: `python -m megatron_scale.train ARGS...` on every rank."""
     args: tuple[str, ...]
     """The arguments after the python (single) or after the module (train)."""
+    note: str = ""
+    """Said before launching (a run that resumes: from which iteration)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -158,7 +160,7 @@ class Recipe:
         if done_iters(run) >= s.base_iters:
             return f"base trained: {last_ckpt(run)}"
         resume = ["--load", str(run)] if (run / LATEST).is_file() else []
-        return Command(kind="train", args=(
+        return Command(kind="train", note=_resuming(run, s.base_iters), args=(
             *s.model_flags, *self.common(), "--method", "full", "--data-path", str(self.en_train),
             *self.schedule(s.base_iters, s.base_lr, s.base_iters, run), *resume))
 
@@ -185,7 +187,7 @@ class Recipe:
             return f"trained: {last_ckpt(run)}"
         init = s.workdir / "ckpt" / method if method.startswith("scale-") else self.base()
         load = run if (run / LATEST).is_file() else init
-        return Command(kind="train", args=(
+        return Command(kind="train", note=_resuming(run, s.train_iters), args=(
             *self.common(), "--method", method, "--load", str(load), "--data-path", str(self.ko_train),
             *self.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run),
             *s.method_flags.get(method, ())))
@@ -287,6 +289,12 @@ def _recorded_settings(path: Path, want: dict[str, object]) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return all(got.get(k) == v for k, v in want.items())
+
+
+def _resuming(run: Path, iters: int) -> str:
+    """What a run that has saved before says as it starts again (a requeued job)."""
+    done = done_iters(run)
+    return f"resuming from iteration {done} of {iters} saved in {run}" if done else ""
 
 
 def _single(script: str, *args: object) -> Command:

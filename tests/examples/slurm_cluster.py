@@ -75,6 +75,8 @@ class SlurmCluster:
     base: Path
     nodes: int = 2
     cpus: int = 2
+    extra: tuple[str, ...] = ()
+    """More slurm.conf lines (e.g. PreemptType=...); a `PartitionName=` line replaces the default partition."""
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     munge_dir: Path | None = None
 
@@ -111,7 +113,9 @@ class SlurmCluster:
         for name, port in zip(self.names(), slurmd):
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
                          f"CPUs={self.cpus} RealMemory={mem} State=UNKNOWN")
-        lines.append("PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        lines += [ln for ln in self.extra if not ln.startswith("PartitionName=")]
+        lines += [ln for ln in self.extra if ln.startswith("PartitionName=")] or [
+            "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
         self.conf.write_text("\n".join(lines) + "\n")
         self.conf.chmod(0o644)
 
@@ -174,6 +178,18 @@ class SlurmCluster:
         if r.returncode != 0:
             raise RuntimeError(f"sbatch failed: {r.stderr}")
         return r.stdout.strip().split(";")[0]
+
+    def run(self, *cmd: str) -> str:
+        """A client command (scontrol, scancel, ...) against this cluster; its stdout, or an error."""
+        r = subprocess.run(list(cmd), check=False, capture_output=True, text=True, env=self.env, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+        return r.stdout
+
+    def show_job(self, job: str) -> dict[str, str]:
+        """`scontrol show job -o JOB` as {field: value} (JobState, Reason, Restarts, StartTime, ...)."""
+        line = self.run("scontrol", "show", "job", "-o", job)
+        return dict(re.findall(r"(?:^|\s)([A-Za-z:/]+)=(\S*)", line))
 
     def wait_job(self, job: str, timeout: float) -> tuple[str, str]:
         """(final state, exit code 'N:S') of a job, polled every second."""
