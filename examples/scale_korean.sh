@@ -59,11 +59,13 @@ CONTAINER=()
 [ -n "$CONTAINER_IMAGE" ] && CONTAINER=(--container-image="$CONTAINER_IMAGE" --container-mounts="$CONTAINER_MOUNTS" --container-workdir="$SCALE_REPO")
 
 # ---- launching: one task per GPU under srun, torchrun on this machine otherwise --------------
-# Stopping early (docs/recipe.md, "Requeue"): USR1 (--signal=B:USR1@300: the time limit is near)
-# or TERM reaching this shell, or a training run whose tasks got SIGTERM themselves (pre-emption's
-# notice, `scancel --signal=TERM JOB`) and saved at an iteration boundary: no further step starts,
-# and under Slurm the job requeues itself; the requeued job skips what is done.
-STEP_PID='' STEP_SRUN=0 STOPPING=0
+# Stopping early (docs/recipe.md, "Requeue and pre-emption"). USR1 (--signal=B:USR1@300: the time
+# limit is near): the running step saves and stops, and the job requeues itself. A training whose
+# tasks got SIGTERM themselves (pre-emption's notice with a GraceTime, `scancel --signal=TERM JOB`)
+# saves and exits 0: the job requeues itself too. SIGTERM to this shell (scancel, Slurm ending the
+# job): save what can be saved and stop, no requeue (Slurm's own pre-emption requeues by itself).
+# No further step starts once stopping; the requeued job skips what is done.
+STEP_PID='' STEP_SRUN=0 STOPPING=0 REQUEUE=0
 signal_step() {  # ask the running step to save and stop
   [ -n "$STEP_PID" ] || return 0
   if [ "$STEP_SRUN" = 1 ]; then
@@ -75,6 +77,7 @@ signal_step() {  # ask the running step to save and stop
   fi
 }
 on_signal() {
+  [ "$1" = USR1 ] && REQUEUE=1
   [ "$STOPPING" = 1 ] && return 0
   STOPPING=1
   echo "scale_korean.sh: SIG$1: asking the running step to save and stop" >&2
@@ -82,17 +85,24 @@ on_signal() {
 }
 trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM
-stop_job() {  # $1: why. No step after this one; under Slurm, requeue.
+stop_job() {  # $1: why. No step after this one; requeue when REQUEUE=1 under Slurm.
   echo "scale_korean.sh: $1"
   if [ "$ON_SLURM" = 0 ]; then
     echo "scale_korean.sh: stopped; run the same command again to resume"
     exit 0
   fi
-  if scontrol requeue "$SLURM_JOB_ID"; then
+  if [ "$REQUEUE" = 0 ]; then
+    echo "scale_korean.sh: stopped without requeueing (SIGTERM to the batch script: the job is being cancelled or ended by Slurm); submit it again to resume"
+    exit 0
+  fi
+  local rc=0
+  scontrol requeue "$SLURM_JOB_ID" || rc=$?
+  # the requeue ends this run at once: scontrol itself may get the SIGTERM before it returns
+  if [ "$rc" = 0 ] || [ "$rc" -gt 128 ]; then
     echo "scale_korean.sh: requeued job $SLURM_JOB_ID; when it starts again it skips the finished steps and resumes"
     exit 0
   fi
-  echo "scale_korean.sh: scontrol requeue refused (the job was cancelled, or submitted with --no-requeue); submit it again to resume" >&2
+  echo "scale_korean.sh: scontrol requeue refused (a job submitted with --no-requeue?); submit it again to resume" >&2
   exit 1
 }
 launch() {  # COMMAND...: run a step in the background, pass it a signal, return its status
@@ -150,7 +160,10 @@ while :; do
       train "${cmd[@]:1}"
       # exit status 0 but not done: its tasks got SIGTERM (not through this shell), saved and stopped
       state=$("$RECIPE" -m megatron_scale.recipe "done" "$k")
-      [ "$state" = "done" ] || stop_job "the training stopped before its last iteration (its tasks got a signal)" ;;
+      if [ "$state" != "done" ]; then
+        REQUEUE=1   # pre-emption's notice (or a user's TERM) reached the tasks, not this shell
+        stop_job "the training stopped before its last iteration (a signal to its tasks, or --exit-interval)"
+      fi ;;
     skip) ;;
     end) break ;;
     *) die "unexpected answer from megatron_scale.recipe: $plan" ;;

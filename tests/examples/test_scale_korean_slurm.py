@@ -12,6 +12,7 @@ stopped twice over as Slurm stops jobs, each job requeueing itself and resuming:
   and requeues.
 Either way the requeued job skips the finished steps and resumes, and its metrics.jsonl equals
 the uninterrupted job's (same seed and settings) record for record, bit for bit but for timings.
+A plain `scancel` (SIGTERM to the batch shell) is not turned into a requeue.
 """
 
 from __future__ import annotations
@@ -246,6 +247,21 @@ def test_preemption_term_to_the_tasks_saves_requeues_and_resumes(cluster: SlurmC
     w.requeued_then_started()
     stopped = w.check_resumed(w.finished())
     first = w.text().split("restart 1\n")[0]
-    assert "scale_korean.sh: the training stopped before its last iteration" in first, first[-3000:]
+    assert "scale_korean.sh: the training stopped before its last iteration (a signal" in first, first[-3000:]
     assert "scale_korean.sh: SIG" not in first, "the batch shell got no signal"
     print(f"stopped at iteration {stopped}")
+
+
+def test_scancel_is_not_undone_by_a_requeue(cluster: SlurmCluster, pipeline: Job, tmp_path: Path) -> None:
+    """`scancel JOB` sends SIGTERM to the batch shell (and SIGKILL after KillWait): the script, here
+    waiting on the training's srun, stops without requeueing, so a cancelled job stays cancelled."""
+    w = Watch(cluster, pipeline, tmp_path)
+    job = w.submit("--time=00:15:00")
+    w.until("the training's srun", lambda: "rank 1 of 2 on node n2" in w.text(), 120)
+    cluster.run("scancel", job)
+    w.until("the script's last word", lambda: "scale_korean.sh: stopped without requeueing" in w.text()
+            or "scale_korean.sh: requeued" in w.text(), 60)
+    w.until("the end", lambda: cluster.show_job(job)["JobState"] not in ("RUNNING", "COMPLETING"), 60)
+    info = cluster.show_job(job)
+    assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), f"{info}\n{w.text()[-3000:]}"
+    assert "scale_korean.sh: stopped without requeueing" in w.text(), w.text()[-3000:]
