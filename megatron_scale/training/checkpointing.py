@@ -98,8 +98,28 @@ def _per_layer(entry: Any) -> Any:
     return entry
 
 
+def _zero_padding(entries: Any) -> Any:
+    """The distributed optimizer's 'dp_reshardable' entries cover each bucket's padding with
+    tensors megatron-core allocates with torch.empty and never fills: saved as they are, a
+    checkpoint holds whatever memory they got, and two saves of the same state differ. Each
+    padding piece is a dict marked `padding` (a LocalNonpersistentObject holding True); its
+    tensors are zeroed here before saving. They are the padding's own, not views of the state."""
+    if isinstance(entries, dict):
+        if getattr(entries.get("padding"), "obj", False) is True:
+            for v in entries.values():
+                if isinstance(v, mc.ShardedTensor):
+                    v.data.zero_()
+        for v in entries.values():
+            _zero_padding(v)
+    elif isinstance(entries, list | tuple):
+        for v in entries:
+            _zero_padding(v)
+    return entries
+
+
 def _optimizer_entries(optimizer: Any, model_sd: dict, loading: bool, meta: dict[str, str] | None) -> Any:
-    return tree_map(_per_layer, optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta))
+    entries = optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta)
+    return tree_map(_per_layer, entries if loading else _zero_padding(entries))
 
 
 def optimizer_metadata(distributed: bool) -> dict[str, str]:
