@@ -113,6 +113,7 @@ __all__ = [
     "VocabUtility",
     "apply_factories",
     "apply_swiglu_sharded_factory",
+    "checkpoint_writer_module",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
     "finalize_model_grads",
@@ -140,6 +141,14 @@ __all__ = [
 def optimal_index_dtype(vocab_size: int) -> type:
     """The token dtype megatron-core's IndexedDataset picks for a vocabulary (uint16 below 65,500)."""
     return DType.optimal_dtype(vocab_size)
+
+
+def checkpoint_writer_module() -> Any:
+    """The module whose `_write_item` megatron-core's torch_dist writer calls for every tensor it
+    writes into a shard file (faults.py counts those writes; nothing else touches it)."""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    return filesystem_async
 
 
 def te_extensions() -> Any:

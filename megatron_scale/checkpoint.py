@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from megatron_scale import _mcore as mc
+from megatron_scale import faults
 from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
 from megatron_scale.model.state import tree_map
@@ -135,11 +136,13 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     more = extra(state) if extra else {}
     state["scale"] = scale_record(model, frozen_base_digest(model, sharded=state))
     state.update(more)
-    mc.dist_checkpointing.save(
-        state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
-    )
+    with faults.checkpoint_writes(str(partial)):
+        mc.dist_checkpointing.save(
+            state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
+        )
     _barrier()
     if _rank() == 0:
+        faults.point("save-before-rename", checkpoint=target.name)
         partial.rename(target)
     _barrier()
     return target

@@ -275,18 +275,33 @@ def _check_collective(name: str, orig: Callable) -> Callable:
     return checked
 
 
+def _getstate(self: torch.Tensor) -> Any:
+    """A pickled tensor (a checkpoint's common state, the RNG and optimizer step it saves) leaves
+    the tag behind: it says where this process placed the tensor, not where a loader will, and it
+    would make two saves of the same state differ byte for byte."""
+    state = _orig_getstate(self)
+    if isinstance(state, dict) and _TAG in state:
+        return {k: v for k, v in state.items() if k != _TAG}
+    if isinstance(state, tuple) and state and isinstance(state[0], dict) and _TAG in state[0]:
+        return ({k: v for k, v in state[0].items() if k != _TAG}, *state[1:])
+    return state
+
+
+_orig_getstate = torch.Tensor.__getstate__
 _orig_from_numpy = torch.from_numpy
 _orig_parameter_new = torch.nn.Parameter.__new__
 _orig_new_group = dist.new_group
 
 
 def enable() -> None:
-    """Install the audit's hooks (from_numpy, Parameter, new_group, the collectives). Idempotent.
+    """Install the audit's hooks (from_numpy, Parameter, new_group, the collectives, pickling
+    without the tag). Idempotent.
     The per-call checks run inside the CPU backend's torch-function mode (audited_call)."""
     global _enabled
     if _enabled:
         return
     torch.from_numpy = _from_numpy  # type: ignore[assignment]
+    torch.Tensor.__getstate__ = _getstate  # type: ignore[method-assign,assignment]
     torch.nn.Parameter.__new__ = staticmethod(_parameter_new)  # type: ignore[method-assign,assignment]
     dist.new_group = _new_group  # type: ignore[assignment]
     for name in _COLLECTIVES:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import socket
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -53,6 +55,11 @@ def init_distributed(
             timeout=datetime.timedelta(minutes=timeout_minutes),
         )
     mc.parallel_state.initialize_model_parallel(tp, pp)
+    # Every generator a checkpoint saves and restores (training/checkpointing.py) starts from the
+    # seed, as Megatron-LM's _set_random_seed does: unseeded, Python's and numpy's differ per
+    # process, and so would every saved checkpoint of the same run.
+    random.seed(seed)
+    np.random.seed(seed)
     torch.manual_seed(seed)
     # On CPU there is no CUDA RNG to fork per TP rank; the inference tracker makes the fork a
     # no-op (TP-distinct dropout streams are lost, which matters only with dropout on).

@@ -6,7 +6,8 @@ Each check runs in a fresh subprocess (the backend patches torch process-wide):
 - the rules, one by one: a host tensor meeting a parameter on the device raises (naming the line
   that made it), moving it fixes it, 0-dim scalars and indexing pass, `.cpu()` of a parameter does
   not demote the parameter, a module built on the host must be moved, collectives refuse host
-  tensors on device groups and take them on gloo groups; MEGATRON_SCALE_DEVICE_AUDIT=0 turns it off;
+  tensors on device groups and take them on gloo groups, a pickled tensor (torch.save, a
+  checkpoint's common state) leaves its tag behind; MEGATRON_SCALE_DEVICE_AUDIT=0 turns it off;
 - the real training step with its one batch move undone (training/data.py `to_device` replaced by
   the identity) fails on its first forward, naming training/data.py, while the step as shipped
   trains, evaluates and saves under the audit.
@@ -57,6 +58,10 @@ x = torch.randn(2, 3, device="cuda")
 attempt("host_module", lambda: lin(x))
 lin.to("cuda")
 attempt("moved_module", lambda: lin(x))
+import io
+saved = io.BytesIO()
+torch.save({"step": torch.tensor(6.0, device="cuda"), "ids": ids}, saved)
+out["tag_pickled"] = b"_megatron_scale_placed" in saved.getvalue()
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
 dist.init_process_group("gloo", rank=0, world_size=1)
@@ -93,12 +98,15 @@ def test_audit_rules_and_messages() -> None:
         assert r[ok] == "ok", (ok, r[ok])
     assert "torch.distributed.all_reduce" in r["allreduce_host"] and "device group" in r["allreduce_host"]
     assert "torch.distributed.broadcast" in r["broadcast_host"]
+    assert r.pop("tag_pickled") is False  # a checkpoint never carries where this process put a tensor
 
 
 def test_audit_can_be_switched_off() -> None:
     done = _python(RULES, MEGATRON_SCALE_DEVICE_AUDIT="0")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert set(json.loads(done.stdout.strip().splitlines()[-1]).values()) == {"ok"}
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r.pop("tag_pickled") is False
+    assert set(r.values()) == {"ok"}
 
 
 STEP = """

@@ -7,7 +7,9 @@
     <save>/latest_checkpointed_iteration.txt   written last, atomically (Megatron-LM's marker)
 
 A crash during a save leaves `iter_*.partial` and the old marker: the previous checkpoint stays
-the one a resume finds.
+the one a resume finds. A crash after the rename but before the marker leaves a complete
+`iter_N` the marker does not name: uncommitted, never loaded, and replaced when the resumed run
+saves iteration N again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
+from megatron_scale import faults
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
@@ -94,8 +98,28 @@ def _per_layer(entry: Any) -> Any:
     return entry
 
 
+def _zero_padding(entries: Any) -> Any:
+    """The distributed optimizer's 'dp_reshardable' entries cover each bucket's padding with
+    tensors megatron-core allocates with torch.empty and never fills: saved as they are, a
+    checkpoint holds whatever memory they got, and two saves of the same state differ. Each
+    padding piece is a dict marked `padding` (a LocalNonpersistentObject holding True); its
+    tensors are zeroed here before saving. They are the padding's own, not views of the state."""
+    if isinstance(entries, dict):
+        if getattr(entries.get("padding"), "obj", False) is True:
+            for v in entries.values():
+                if isinstance(v, mc.ShardedTensor):
+                    v.data.zero_()
+        for v in entries.values():
+            _zero_padding(v)
+    elif isinstance(entries, list | tuple):
+        for v in entries:
+            _zero_padding(v)
+    return entries
+
+
 def _optimizer_entries(optimizer: Any, model_sd: dict, loading: bool, meta: dict[str, str] | None) -> Any:
-    return tree_map(_per_layer, optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta))
+    entries = optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=meta)
+    return tree_map(_per_layer, entries if loading else _zero_padding(entries))
 
 
 def optimizer_metadata(distributed: bool) -> dict[str, str]:
@@ -127,6 +151,25 @@ def _set_adam_step(optimizer: Any, step: float | None) -> None:
                 v["step"] = torch.tensor(step, dtype=v["step"].dtype if torch.is_tensor(v["step"]) else torch.float32)
 
 
+def _committed(save: str) -> int:
+    """The iteration the run directory's marker names (0: none yet)."""
+    marker = Path(save) / MARKER
+    text = marker.read_text().strip() if marker.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
+def _drop_uncommitted(save: str, iteration: int) -> None:
+    """Collective. `iter_N` beyond the marker was left by a run killed between its rename and its
+    marker; this run resumed from before it and now saves N itself: rank 0 removes the old one.
+    One at or below the marker is committed: save_checkpoint refuses to overwrite it."""
+    if not iteration_dir(save, iteration).exists():  # the same answer on every rank: nothing
+        return                                         # changes it until the barrier below
+    dist.barrier()
+    if dist.get_rank() == 0 and iteration > _committed(save):
+        shutil.rmtree(iteration_dir(save, iteration))
+    dist.barrier()
+
+
 def save_run(
     save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
     optimizer_meta: dict[str, str] | None = None, model_args: dict[str, Any] | None = None,
@@ -144,8 +187,10 @@ def save_run(
             },
         }
 
+    _drop_uncommitted(save, iteration)
     path = save_checkpoint(model, iteration_dir(save, iteration), extra)
     if dist.get_rank() == 0:
+        faults.point("save-before-marker", checkpoint=path.name)
         tmp = Path(save) / (MARKER + ".tmp")
         tmp.write_text(f"{iteration}\n")
         os.replace(tmp, Path(save) / MARKER)
@@ -171,6 +216,7 @@ def load_run(
         }
 
     loaded = load_checkpoint(model, path, extra)
+    faults.point("load", checkpoint=path.name)
     if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters
