@@ -7,12 +7,17 @@ megatron-core's torch_dist format has a common (non-sharded) state; megatron-sca
     scale.dims            the SCALE geometry, ScaleDims.to_record() (None for a plain GPT model)
     scale.lora            LoRA rank and alpha (absent without adapters)
     train_state           iteration, consumed samples, LR scheduler, Adam step (training runs)
+    layout                the TP / PP / DP a training run saved at, whether its optimizer was
+                          distributed and the format of its optimizer state (`SavedLayout`)
 
 `read_records(directory)` gives them typed, without loading a tensor. One policy for what cannot
 be read: a missing directory and a legacy checkpoint whose common state is a pickled common.pt
 (never unpickled) are a CheckpointError naming the directory; so is a directory that is no
 torch_dist checkpoint (no .metadata), unless the caller passes `required=False` and gets None.
 A torch_dist checkpoint that megatron-scale did not write has no `scale` record (`scale` None).
+A training checkpoint written before `layout` existed gets one read off its tensor index
+(.metadata): TP and PP from the RNG entry's (PP, TP) grid, the optimizer state's format from its
+keys (`recorded` False; DP unknown).
 
 `check_checkpoint_files(directory)` (run by read_records, so by training's plan for --load, by
 conversion's MegatronReader and by every load) refuses, naming the file, before a tensor is read:
@@ -40,6 +45,13 @@ from megatron_scale.config import ScaleConfigError, ScaleDims
 MODEL_ARGS = "model_args"
 SCALE = "scale"
 TRAIN_STATE = "train_state"
+LAYOUT = "layout"
+
+# The optimizer-state formats of training checkpoints (training/checkpointing.py writes them):
+FULLY_RESHARDABLE = "fully_reshardable"  # distributed optimizer, megatron-core's model-space format
+DP_RESHARDABLE = "dp_reshardable"        # distributed optimizer, per-bucket (before the layout record)
+MODEL_SPACE = "model_space"              # megatron-core's plain optimizer: one entry per parameter
+OPTIMIZER_FORMATS = (FULLY_RESHARDABLE, DP_RESHARDABLE, MODEL_SPACE)
 
 
 # metadata.json's format: what megatron-core MCORE_VERSION writes (CheckpointingConfig; torch_dist v1)
@@ -70,14 +82,15 @@ def _check_format(path: Path) -> None:
             f"{mc.MCORE_VERSION} (the one installed) reads version {SHARDED_BACKEND_VERSION}")
 
 
-def _check_shards(path: Path) -> None:
-    """Every shard file .metadata lists is there with the bytes it places in it."""
+def _check_shards(path: Path) -> Any:
+    """Every shard file .metadata lists is there with the bytes it places in it. Returns the index."""
     import torch.distributed.checkpoint as dcp
 
     try:
-        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
+        index = dcp.FileSystemReader(str(path)).read_metadata()
     except Exception as e:  # noqa: BLE001 (a damaged pickle raises anything)
         raise CheckpointError(f"{path / '.metadata'}: cannot be read ({type(e).__name__}: {e})") from e
+    storage = index.storage_data
     needed: dict[str, int] = {}
     for info in storage.values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
@@ -89,6 +102,7 @@ def _check_shards(path: Path) -> None:
         if shard.stat().st_size < size:
             raise CheckpointError(f"{shard}: shard file truncated ({shard.stat().st_size} bytes, .metadata places "
                                   f"{size}); the checkpoint is incomplete")
+    return index
 
 
 def _check_writer(path: Path, scale: dict[str, Any] | None) -> None:
@@ -105,12 +119,72 @@ def _check_writer(path: Path, scale: dict[str, Any] | None) -> None:
                               f"installed {mc.MCORE_VERSION}; read it with megatron-core {written}")
 
 
-def check_checkpoint_files(directory: str | os.PathLike) -> None:
+def check_checkpoint_files(directory: str | os.PathLike) -> Any:
     """Refuse, naming the file, a torch_dist checkpoint from a newer megatron-core's format or with
-    a shard file missing or short (see the module docstring). Reads no tensor."""
+    a shard file missing or short (see the module docstring). Reads no tensor; returns the
+    checkpoint's index (torch.distributed.checkpoint Metadata)."""
     path = Path(directory)
     _check_format(path)
-    _check_shards(path)
+    return _check_shards(path)
+
+
+@dataclass(frozen=True)
+class SavedLayout:
+    """How a training checkpoint was laid out when saved: what a resume at another layout reshards."""
+
+    tp: int
+    pp: int
+    dp: int | None
+    """None where not recorded (a checkpoint from before the layout record)."""
+    distributed_optimizer: bool
+    optimizer_format: str
+    """One of OPTIMIZER_FORMATS."""
+    recorded: bool = True
+    """False: read off the tensor index of a checkpoint from before the layout record."""
+
+    def to_record(self) -> dict[str, Any]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "distributed_optimizer": self.distributed_optimizer,
+                "optimizer_format": self.optimizer_format}
+
+    @classmethod
+    def from_record(cls, record: Any, where: str) -> SavedLayout:
+        try:
+            layout = cls(tp=int(record["tp"]), pp=int(record["pp"]), dp=int(record["dp"]),
+                         distributed_optimizer=bool(record["distributed_optimizer"]),
+                         optimizer_format=str(record["optimizer_format"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{where}: not a layout record ({type(e).__name__}: {e})") from e
+        if layout.optimizer_format not in OPTIMIZER_FORMATS:
+            raise CheckpointError(f"{where}: optimizer_format {layout.optimizer_format!r} is none of "
+                                  f"{', '.join(OPTIMIZER_FORMATS)}")
+        return layout
+
+    def describe(self) -> str:
+        """`TP=2 PP=1 DP=1, distributed optimizer (fully_reshardable)`."""
+        dp = "?" if self.dp is None else self.dp
+        optimizer = "distributed optimizer" if self.distributed_optimizer else "optimizer"
+        return f"TP={self.tp} PP={self.pp} DP={dp}, {optimizer} ({self.optimizer_format})"
+
+
+def _indexed_layout(path: Path, index: Any) -> SavedLayout | None:
+    """The layout of a training checkpoint from before the layout record, read off its tensor
+    index: the RNG entry is a (PP, TP) grid (`rng_state/shard_<pp>.<tp>_<PP>.<TP>`); the
+    distributed optimizer wrote `optimizer.distributed.*` (dp_reshardable), the plain one
+    `optimizer.state.*`. None where the index holds no RNG entry."""
+    grid = None
+    for key in index.state_dict_metadata:
+        if key.startswith("rng_state/shard_"):
+            shape = key.rsplit("_", 1)[1].split(".")
+            try:
+                grid = (int(shape[0]), int(shape[1]))
+            except (IndexError, ValueError) as e:
+                raise CheckpointError(f"{path / '.metadata'}: RNG entry {key!r} names no (PP, TP) grid") from e
+            break
+    if grid is None:
+        return None
+    distributed = any(k.startswith("optimizer.distributed.") for k in index.state_dict_metadata)
+    return SavedLayout(tp=grid[1], pp=grid[0], dp=None, distributed_optimizer=distributed,
+                       optimizer_format=DP_RESHARDABLE if distributed else MODEL_SPACE, recorded=False)
 
 
 @dataclass(frozen=True)
@@ -126,6 +200,8 @@ class CheckpointRecords:
     """LoRA rank and alpha of a `--method lora` checkpoint."""
     train_state: dict[str, Any] | None
     """A training run's state (training/checkpointing.py)."""
+    layout: SavedLayout | None
+    """The layout a training run saved at (None: no training checkpoint)."""
     digest: str | None
     """The frozen base's digest; None where megatron-scale did not write the checkpoint."""
     scale: dict[str, Any] | None
@@ -153,7 +229,7 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
         if not required:
             return None
         raise CheckpointError(f"{path}: not a megatron-core torch_dist checkpoint (no .metadata)")
-    check_checkpoint_files(path)
+    index = check_checkpoint_files(path)
     common = mc.dist_checkpointing.load_common_state_dict(str(path))
     scale = common.get(SCALE)
     _check_writer(path, scale)
@@ -162,9 +238,14 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
         dims = None if recorded is None else ScaleDims.from_record(recorded, where=f"{path}: scale.dims")
     except ScaleConfigError as e:
         raise CheckpointError(str(e)) from e
+    train_state = common.get(TRAIN_STATE)
+    if LAYOUT in common:
+        layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
+    else:
+        layout = None if train_state is None else _indexed_layout(path, index)
     return CheckpointRecords(
         directory=path, model_args=common.get(MODEL_ARGS), dims=dims, lora=(scale or {}).get("lora"),
-        train_state=common.get(TRAIN_STATE), digest=(scale or {}).get("frozen_digest"), scale=scale,
+        train_state=train_state, layout=layout, digest=(scale or {}).get("frozen_digest"), scale=scale,
     )
 
 

@@ -3,7 +3,8 @@
     <save>/iter_0000010/                    a megatron-scale checkpoint (../checkpoint.py): the
                                             model, the optimizer's sharded state, each rank's RNG
                                             state, and train_state (iteration, consumed samples,
-                                            LR scheduler) in the common state
+                                            LR scheduler) and layout (TP/PP/DP, optimizer-state
+                                            format: training/reshard.py) in the common state
     <save>/latest_checkpointed_iteration.txt   written last, atomically (Megatron-LM's marker)
 
 A crash during a save leaves `iter_*.partial` and the old marker: the previous checkpoint stays
@@ -31,7 +32,8 @@ from megatron_scale import faults
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
-from megatron_scale.records import MODEL_ARGS, TRAIN_STATE
+from megatron_scale.records import FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, SavedLayout
+from megatron_scale.training.reshard import optimizer_metadata
 
 
 @dataclass(kw_only=True)
@@ -122,14 +124,6 @@ def _optimizer_entries(optimizer: Any, model_sd: dict, loading: bool, meta: dict
     return tree_map(_per_layer, entries if loading else _zero_padding(entries))
 
 
-def optimizer_metadata(distributed: bool) -> dict[str, str]:
-    """How the distributed optimizer's state is laid out in checkpoints: 'dp_reshardable' (each
-    rank writes its own buffer slices, no communication; a run resumes at the same TP/PP).
-    megatron-core 0.19.2's default, 'fully_sharded_model_space', is deprecated and rejects
-    flattened shards; 'fully_reshardable' cannot map the expansion blocks' factories yet."""
-    return {"distrib_optim_sharding_type": "dp_reshardable"} if distributed else {}
-
-
 def _torch_optimizers(optimizer: Any) -> list[Any]:
     return [o.optimizer for o in getattr(optimizer, "chained_optimizers", [optimizer])]
 
@@ -170,16 +164,52 @@ def _drop_uncommitted(save: str, iteration: int) -> None:
     dist.barrier()
 
 
+def _load_fully_reshardable(optimizer: Any, state: dict) -> None:
+    """megatron-core 0.19.2's distributed optimizer loads fully_reshardable state by copying, per
+    parameter, every tensor of torch's per-parameter optimizer state from the checkpoint's, but
+    leaves `step` out of what it reads; torch's own Adam (no TE/apex, as on CPU) keeps `step` as a
+    tensor there, so the copy fails on it (KeyError 'step'). The same load in two of its own steps,
+    `step` set aside around the second: the common state (param groups, their step) first, then
+    megatron-core's load_parameter_state_from_fully_reshardable."""
+    param_state = state.pop("param_state")
+    state.pop("param_state_sharding_type")
+    optimizer.load_state_dict(state)
+    inner = optimizer.optimizer.state
+    steps = {p: v.pop("step") for p, v in inner.items() if torch.is_tensor(v.get("step"))}
+    try:
+        optimizer.load_parameter_state_from_fully_reshardable(param_state)
+    finally:
+        for p, step in steps.items():
+            inner[p]["step"] = step
+
+
+def _load_optimizer(optimizer: Any, state: dict) -> None:
+    """optimizer.load_state_dict, the distributed optimizer's fully_reshardable state through
+    _load_fully_reshardable (a chained optimizer's parts one by one, as megatron-core's does)."""
+    chained = getattr(optimizer, "chained_optimizers", None)
+    if chained is None or len(chained) == 1:
+        parts = [(optimizer if chained is None else chained[0], state)]
+    else:
+        parts = list(zip(chained, (v for _, v in sorted(state.items())), strict=True))
+    for opt, part in parts:
+        if isinstance(part, dict) and part.get("param_state_sharding_type") == FULLY_RESHARDABLE:
+            _load_fully_reshardable(opt, part)
+        else:
+            opt.load_state_dict(part)
+
+
 def save_run(
     save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
-    optimizer_meta: dict[str, str] | None = None, model_args: dict[str, Any] | None = None,
+    layout: SavedLayout, model_args: dict[str, Any] | None = None,
 ) -> Path:
     """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
-    architecture, training/plan.py) goes into the common state for the export tool."""
+    architecture, training/plan.py) goes into the common state for the export tool; `layout`
+    (the run's, training/reshard.py run_layout) fixes the optimizer-state format and is recorded."""
     def extra(model_sd: dict) -> dict:
         return {
             **({MODEL_ARGS: model_args} if model_args is not None else {}),
-            "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_meta),
+            LAYOUT: layout.to_record(),
+            "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_metadata(layout.optimizer_format)),
             "rng_state": _rng_object(_rng_state()),
             TRAIN_STATE: {
                 "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
@@ -199,9 +229,10 @@ def save_run(
 
 
 def load_run(
-    path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_meta: dict[str, str] | None = None
+    path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_format: str, rng: bool = True
 ) -> tuple[int, int]:
-    """Restore model, optimizer, scheduler and RNG from an iteration directory.
+    """Restore model, optimizer (its state saved in `optimizer_format`), scheduler and, with `rng`
+    (the same TP x PP grid: training/reshard.py), each rank's RNG from an iteration directory.
     Returns (iteration, consumed samples)."""
     # A fresh torch Adam has no state until its first step; the distributed optimizer needs it
     # allocated to describe its checkpoint entries (megatron-core's own loader does the same).
@@ -211,8 +242,8 @@ def load_run(
 
     def extra(model_sd: dict) -> dict:
         return {
-            "optimizer": _optimizer_entries(optimizer, model_sd, True, optimizer_meta),
-            "rng_state": _rng_object(None),
+            "optimizer": _optimizer_entries(optimizer, model_sd, True, optimizer_metadata(optimizer_format)),
+            **({"rng_state": _rng_object(None)} if rng else {}),
         }
 
     loaded = load_checkpoint(model, path, extra)
@@ -220,9 +251,10 @@ def load_run(
     if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters
-        optimizer.load_state_dict(loaded["optimizer"])
+        _load_optimizer(optimizer, loaded["optimizer"])
     state = loaded[TRAIN_STATE]
     _set_adam_step(optimizer, state.get("adam_step"))
     scheduler.load_state_dict(state["scheduler"])
-    _set_rng_state(loaded["rng_state"])
+    if rng:
+        _set_rng_state(loaded["rng_state"])
     return int(state["iteration"]), int(state["consumed_samples"])

@@ -27,14 +27,15 @@ from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.builder import output_layers, router_settings
-from megatron_scale.records import CheckpointError
-from megatron_scale.training.checkpointing import load_run, optimizer_metadata, save_run
+from megatron_scale.records import CheckpointError, SavedLayout
+from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler
 from megatron_scale.training.plan import FlagError, Plan, plan
+from megatron_scale.training.reshard import same_grid
 
 
 class StopTraining(RuntimeError):
@@ -54,17 +55,14 @@ class Run:
     dp_rank: int
     dp_size: int
     model_args: dict[str, Any]  # the architecture record the run's checkpoints carry
+    layout: SavedLayout  # the layout record the run's checkpoints carry (training/reshard.py)
     device: torch.device  # the run's one device: batches and collective buffers go here
     iteration: int = 0
     consumed: int = 0
 
-    @property
-    def optimizer_meta(self) -> dict[str, str]:
-        return optimizer_metadata(self.config.parallel.use_distributed_optimizer)
-
     def save(self) -> None:
         save_run(self.config.checkpoint.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
-                 self.optimizer_meta, self.model_args)
+                 self.layout, self.model_args)
 
 
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
@@ -155,11 +153,15 @@ def setup(config: TrainConfig) -> Run:
         config=cfg, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
         log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=log.tensorboard_dir, train_iters=s.train_iters),
         num_microbatches=gb // (s.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
-        model_args=p.record, device=device,
+        model_args=p.record, layout=p.layout, device=device,
     )
     if p.resume is not None:
-        run.iteration, run.consumed = load_run(p.resume, model, optimizer, scheduler, run.optimizer_meta)
+        saved = p.resumed_layout or p.layout  # a checkpoint whose layout is unknown loads as the run's
+        run.iteration, run.consumed = load_run(p.resume, model, optimizer, scheduler, saved.optimizer_format,
+                                               rng=same_grid(p.resumed_layout, p.layout))
         run.log.record("resume", run.iteration, {"checkpoint": str(p.resume), "consumed_samples": run.consumed})
+        if p.reshard and dist.get_rank() == 0:
+            print(f" {p.reshard}", flush=True)
     return run
 
 

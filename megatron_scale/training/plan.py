@@ -11,7 +11,9 @@ architecture (`model_args`, LlamaArgs), the SCALE geometry (`scale.dims`) and Lo
 a given flag that describes another model is refused by name. Flags describing the new run
 (method, LR, data, batch, layout) stay the user's. Without a record the flags' own defaults apply
 and the four sizes must be given. A run being resumed also keeps its LR schedule, which
-megatron-core's scheduler only asserts on: a flag that changes it is refused here, by name.
+megatron-core's scheduler only asserts on: a flag that changes it is refused here, by name; it may
+change its TP / PP / DP where the checkpoint's optimizer state allows (training/reshard.py), else
+it is refused here with the reason.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
 from megatron_scale.model.build import model_layers
 from megatron_scale.model.lora import LoraSettings
 from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
-from megatron_scale.records import CheckpointError, CheckpointRecords, read_records
+from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
 from megatron_scale.training.config import TrainConfig
+from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
 CARRIED_ONLY = ("max_position_embeddings",)
@@ -66,6 +69,12 @@ class Plan:
     record: dict[str, Any]
     """The model_args the run's checkpoints record (the model's own layer count)."""
     data_parallel_size: int
+    layout: SavedLayout
+    """The layout the run's checkpoints record (and save their optimizer state for)."""
+    resumed_layout: SavedLayout | None = None
+    """The layout of the checkpoint being resumed (None: not resuming, or not known)."""
+    reshard: str | None = None
+    """The line a resume at another layout prints (training/reshard.py check_resume)."""
 
 
 def load_source(load: str | None) -> tuple[Path | None, bool]:
@@ -281,6 +290,10 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
         check_resumed_schedule(cfg, records.train_state, where)
 
     dp = cfg.parallel.data_parallel_size(world_size)
+    par = cfg.parallel
+    layout = run_layout(par.tp, par.pp, dp, par.use_distributed_optimizer)
+    saved = records.layout if resuming and records else None
+    reshard = check_resume(saved, layout, where) if resuming else None
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
     cfg.logging.validate(cfg.method.method)
@@ -296,7 +309,8 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     if loaded is not None:
         record = dataclasses.replace(record, hf_carry=LlamaArgs.from_json(loaded).hf_carry)
     return Plan(config=cfg, architecture=arch, method=method, resume=source if resuming else None,
-                initial=None if resuming else source, record=record.to_json(), data_parallel_size=dp)
+                initial=None if resuming else source, record=record.to_json(), data_parallel_size=dp,
+                layout=layout, resumed_layout=saved, reshard=reshard)
 
 
 def plan(config: TrainConfig, world_size: int) -> Plan:
