@@ -101,7 +101,15 @@ class MethodConfig:
         return ScaleConfig(variant=self.variant, **{k: v for k, v in self.scale.items() if v is not None})
 
     def pro_blocks(self, base_layers: int) -> int:
-        return self.llama_pro_blocks if self.llama_pro_blocks is not None else max(1, base_layers // 4)
+        """--llama-pro-blocks, or by default the divisor of the base's layer count nearest to a
+        quarter of it (LLaMA-Pro interleaves one new block after every layers/blocks layers:
+        8 for 32 layers, 6 for SmolLM2's 30, where 30 // 4 = 7 would not divide)."""
+        if self.llama_pro_blocks is not None:
+            if self.llama_pro_blocks < 1 or base_layers % self.llama_pro_blocks:
+                raise ValueError(f"--llama-pro-blocks {self.llama_pro_blocks} must divide the base's "
+                                 f"{base_layers} layers (one new block after every layers/blocks)")
+            return self.llama_pro_blocks
+        return default_llama_pro_blocks(base_layers)
 
 
 @dataclass(kw_only=True)
@@ -303,3 +311,9 @@ def to_argv(config: TrainConfig) -> list[str]:
         if name == "method":
             argv += argv_for(ScaleConfig, part.scale)
     return argv
+
+
+def default_llama_pro_blocks(base_layers: int) -> int:
+    """The divisor of `base_layers` nearest to a quarter of it (the smaller one on a tie)."""
+    divisors = [d for d in range(1, base_layers + 1) if base_layers % d == 0]
+    return min(divisors, key=lambda d: (abs(d - base_layers / 4), d))

@@ -33,7 +33,7 @@ from megatron_scale.model.build import model_layers
 from megatron_scale.model.lora import LoraSettings
 from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
 from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
-from megatron_scale.training.config import TrainConfig
+from megatron_scale.training.config import TrainConfig, default_llama_pro_blocks
 from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
@@ -102,10 +102,12 @@ def _base_layers(recorded: int, blocks: int | None) -> int:
     """--num-layers (the base's) of a resumed LLaMA-Pro run whose record counts the grown model."""
     if blocks is not None:
         return recorded - blocks
-    for layers in range(1, recorded):  # layers + max(1, layers // 4) grows strictly with layers
-        if layers + max(1, layers // 4) == recorded:
-            return layers
-    raise ValueError(f"--load: {recorded} layers is no LLaMA-Pro growth of a base; give --num-layers and --llama-pro-blocks")
+    bases = [n for n in range(1, recorded) if n + default_llama_pro_blocks(n) == recorded]
+    if len(bases) == 1:
+        return bases[0]
+    why = "no" if not bases else f"more than one ({' or '.join(map(str, bases))} layers)"
+    raise ValueError(f"--load: {recorded} layers is {why} default LLaMA-Pro growth of a base; "
+                     "give --num-layers and --llama-pro-blocks")
 
 
 def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, resuming: bool) -> None:
