@@ -22,7 +22,8 @@ pytestmark = pytest.mark.dist
 
 
 def test_kills_at_any_moment_resume_bitwise_for_every_method(tmp_path_factory: pytest.TempPathFactory) -> None:
-    trials = run_trials(tmp_path_factory.mktemp("kills"), len(METHODS), seed=0)
+    # at most one resume killed per trial: each launch costs a torchrun start-up (the CI budget)
+    trials = run_trials(tmp_path_factory.mktemp("kills"), len(METHODS), seed=0, resume_kill_p=0.3, max_kills=2)
     print("\n" + table(trials))
     assert sorted(t.method for t in trials) == sorted(METHODS)
     first = Counter(t.kills[0]["point"] for t in trials)
