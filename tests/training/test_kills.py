@@ -35,3 +35,13 @@ def test_kills_at_any_moment_resume_bitwise_for_every_method(tmp_path_factory: p
     # the layouts the brief asks for: TP=2 across 2 ranks, and the distributed optimizer
     assert any("TP=2" in SETUPS[m].layout for m in METHODS)
     assert any("distributed optimizer" in SETUPS[m].layout for m in METHODS)
+
+
+def test_a_fault_spec_is_read_or_refused_naming_the_variable() -> None:
+    from megatron_scale.faults import parse
+
+    assert parse("save-data:7@1") == ("save-data", 7, 1)
+    assert parse("forward:3") == ("forward", 3, 0)
+    for bad in ("forward", "forward:0", "nowhere:1", "forward:2@x", "forward:-1"):
+        with pytest.raises(ValueError, match="MEGATRON_SCALE_FAULT="):
+            parse(bad)
