@@ -30,6 +30,7 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=len(METHODS), help="trials to run (default: one per method)")
     p.add_argument("--seed", type=int, default=0, help="seeds every draw (fault point, k, rank, resume kills)")
     p.add_argument("--resume-kill", type=float, default=0.3, help="probability a resume is killed too (default 0.3)")
+    p.add_argument("--max-kills", type=int, default=5, help="kills per trial at most (default 5)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="methods to rotate over")
     p.add_argument("--workdir", type=Path, help="where runs go (default: a temporary directory, removed after)")
     a = p.parse_args()
@@ -37,6 +38,8 @@ def main() -> None:
         p.error("--trials must be at least 1")
     if not 0 <= a.resume_kill < 1:
         p.error("--resume-kill must lie in [0, 1)")
+    if a.max_kills < 1:
+        p.error("--max-kills must be at least 1")
     start = time.monotonic()
 
     def progress(t: Trial) -> None:
@@ -48,7 +51,7 @@ def main() -> None:
     progress.n = 0  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory(dir=a.workdir and str(a.workdir)) as root:
         try:
-            trials = run_trials(Path(root), a.trials, a.seed, a.resume_kill, tuple(a.methods), progress)
+            trials = run_trials(Path(root), a.trials, a.seed, a.resume_kill, a.max_kills, tuple(a.methods), progress)
         except AssertionError as e:
             print(f"FAILED: {e}", file=sys.stderr)
             sys.exit(1)
