@@ -42,6 +42,8 @@ set +a
 # ---- the launcher's own settings; the recipe's are in megatron_scale/recipe/settings.py -----------
 : "${NPROC:=2}" "${CONTAINER_IMAGE:=}" "${CONTAINER_MOUNTS:=$SCALE_REPO:$SCALE_REPO}"
 : "${MASTER_PORT:=$((29500 + ${SLURM_JOB_ID:-0} % 1000))}"
+# a requeued run takes the next port: its previous run's ranks may still hold the last one
+MASTER_PORT=$((MASTER_PORT + ${SLURM_RESTART_COUNT:-0}))
 export SCALE_REPO MASTER_PORT OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
 # tools/*.py import megatron_scale from this checkout, as `python -m megatron_scale.train` (run here) does
 export PYTHONPATH=$SCALE_REPO${PYTHONPATH:+:$PYTHONPATH}

@@ -194,6 +194,11 @@ class Watch:
 
         got = _records(self.work / "runs" / "scale-preserve" / "metrics.jsonl")
         want = _records(self.pipeline.work / "runs" / "scale-preserve" / "metrics.jsonl")
+        # the resumed run records what it loaded (the training entry's "resume" record), then
+        # continues the uninterrupted run's records exactly
+        resumes = [(r["iteration"], r["checkpoint"]) for r in got if r["kind"] == "resume"]
+        assert resumes == [(stopped, str(self.work / "runs" / "scale-preserve" / f"iter_{stopped:07d}"))], resumes
+        got = [r for r in got if r["kind"] != "resume"]
         assert [r.get("start_iteration") for r in got if r["kind"] == "train"] == (
             [0] * stopped + [stopped] * (ITERS - stopped))
         strip = [{k: v for k, v in r.items() if k not in TIMING} for r in got]
