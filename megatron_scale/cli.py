@@ -30,6 +30,16 @@ def scale_config_from_args(args: argparse.Namespace, variant: str) -> ScaleConfi
     return ScaleConfig(variant=variant, **given)
 
 
+def name_value(flag: str, value: str = "VALUE") -> Callable[[str], tuple[str, str]]:
+    """argparse type of a NAME=VALUE flag (`value` names the right side in the error)."""
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, right = text.partition("=")
+        if not sep or not name or not right:
+            raise argparse.ArgumentTypeError(f"{flag}: expected NAME={value}, got {text!r}")
+        return name, right
+    return parse
+
+
 def run_tool(work: Callable[[], dict[str, Any]], errors: type[Exception] | tuple[type[Exception], ...]) -> int:
     """Run a tool's work: print its summary as JSON (exit 0), or one error line (exit 2)."""
     try:

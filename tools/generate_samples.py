@@ -14,24 +14,15 @@ import argparse
 import sys
 import warnings
 
-from megatron_scale.cli import run_tool
-
-
-def _pair(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> tuple[str, str]:
-        name, sep, value = text.partition("=")
-        if not sep or not name or not value:
-            raise argparse.ArgumentTypeError(f"{flag}: expected NAME=VALUE, got {text!r}")
-        return name, value
-    return parse
+from megatron_scale.cli import name_value, run_tool
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", required=True, type=_pair("--model"), metavar="NAME=FOLDER")
+    p.add_argument("--model", action="append", required=True, type=name_value("--model"), metavar="NAME=FOLDER")
     p.add_argument("--output", required=True, help="folder for generations.json and generations.md")
     p.add_argument("--new-tokens", type=int, default=24)
-    p.add_argument("--prompt", action="append", type=_pair("--prompt"), metavar="LANG=TEXT",
+    p.add_argument("--prompt", action="append", type=name_value("--prompt"), metavar="LANG=TEXT",
                    help="replaces the default prompts (repeat)")
     args = p.parse_args(argv)
     if args.new_tokens < 1:

@@ -22,24 +22,15 @@ import argparse
 import sys
 import warnings
 
-from megatron_scale.cli import run_tool
+from megatron_scale.cli import name_value, run_tool
 from megatron_scale.model.router_stats import STATISTICS
-
-
-def _named(flag: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> tuple[str, str]:
-        name, sep, prefix = text.partition("=")
-        if not sep or not name or not prefix:
-            raise argparse.ArgumentTypeError(f"{flag}: expected NAME=PREFIX, got {text!r}")
-        return name, prefix
-    return parse
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--load", required=True, help="SCALE checkpoint (any variant: both heads exist)")
-    p.add_argument("--old-data", required=True, type=_named("--old-data"), help="NAME=PREFIX of the old domain")
-    p.add_argument("--new-data", required=True, type=_named("--new-data"), help="NAME=PREFIX of the new domain")
+    p.add_argument("--old-data", required=True, type=name_value("--old-data", "PREFIX"), help="NAME=PREFIX of the old domain")
+    p.add_argument("--new-data", required=True, type=name_value("--new-data", "PREFIX"), help="NAME=PREFIX of the new domain")
     p.add_argument("--out", required=True, help="folder for sweep.json and sweep.png")
     p.add_argument("--seq-length", type=int, required=True)
     p.add_argument("--samples", type=int, default=16, help="windows per set (first ones, in order)")
