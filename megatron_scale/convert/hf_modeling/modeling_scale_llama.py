@@ -32,6 +32,12 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_scale_llama import ScaleLlamaConfig
 
+# transformers 5.24 renamed the KV cache from `past_key_values` to `cache`: generate() passes it
+# to forward() as `cache=` and reads it back from the output's `cache` field (5.23: both
+# `past_key_values`). forward() takes either name; the output uses the field the installed
+# CausalLMOutputWithPast declares (5.24 still accepts the old name there, with a deprecation).
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
 HEADS = ("auto", "adapt", "preserve", "route")
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 
@@ -299,16 +305,20 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         return head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: Cache | None = None,
+                position_ids: torch.Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: torch.Tensor | None = None,
                 logits_to_keep: int = 0, route_tau: float | None = None, route_statistic: str | None = None,
-                **kwargs: object) -> CausalLMOutputWithPast:
+                past_key_values: Cache | None = None, **kwargs: object) -> CausalLMOutputWithPast:
         """route_tau / route_statistic override config.scale_router_tau / _statistic for this
-        call (generate() passes them on: model.generate(ids, route_tau=0.9))."""
+        call (generate() passes them on: model.generate(ids, route_tau=0.9)). The KV cache comes
+        as `cache` (transformers >= 5.24) or `past_key_values` (earlier): one of them, not both."""
+        if cache is not None and past_key_values is not None:
+            raise ValueError("pass the KV cache as `cache` or as `past_key_values`, not both")
+        cache = past_key_values if cache is None else cache
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
-        x = self.model(input_ids, attention_mask, position_ids, past_key_values if use_cache else None)
+        if use_cache and cache is None:
+            cache = DynamicCache()
+        x = self.model(input_ids, attention_mask, position_ids, cache if use_cache else None)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         base_w = self.model.embed_tokens.weight if self.lm_head.weight is None else self.lm_head.weight
@@ -318,4 +328,4 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: cache if use_cache else None})
