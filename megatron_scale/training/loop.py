@@ -13,7 +13,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from megatron_scale.training.model import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler
 from megatron_scale.training.plan import FlagError, Plan, plan
 from megatron_scale.training.reshard import same_grid
+from megatron_scale.training.say_once import say_error_once
 
 
 class StopTraining(RuntimeError):
@@ -275,42 +275,13 @@ def train(config: TrainConfig) -> Run:
 RANK_ERRORS = (CheckpointError, DatasetError, StopTraining)  # (training never imports convert/: house rule)
 
 
-def _first_to_say_it() -> bool:
-    """Whether this rank is the first of its launch on this machine to report an error: an
-    exclusive create of a temp file named by the launcher process the local ranks share (torchrun's
-    agent, srun's step daemon: its pid and start time, so a reused pid names another file) and
-    torchrun's restart count. Ranks on other machines each say it once more; where the parent
-    cannot be named or no temp dir is writable, every rank with the error says it."""
-    parent = os.getppid()
-    try:
-        with open(f"/proc/{parent}/stat") as f:
-            started = f.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime
-    except (OSError, IndexError):
-        return True
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    marker = os.path.join(tempfile.gettempdir(), f"megatron-scale-error-{parent}-{started}-{restart}")
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return True
-    except FileExistsError:
-        return False
-    except OSError:
-        return True
-
-
 def main(argv: list[str] | None = None) -> None:
     """The entry: a bad input ends the run with one `error:` line and exit status 2, no traceback."""
     config = parse(argv)
-    rank = int(os.environ.get("RANK", "0"))
     try:
         train(config)
-    except FlagError as e:  # raised alike on every rank, before any process group: say it once
-        if rank == 0:
-            print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except RANK_ERRORS as e:  # inside the ranks: on all of them or on some; the first says it
-        if int(os.environ.get("WORLD_SIZE", "1")) == 1 or _first_to_say_it():
-            print(f"error: {e}", file=sys.stderr, flush=True)
+    except (FlagError, *RANK_ERRORS) as e:  # on every rank or on some: the first to fail says it
+        say_error_once(str(e), int(os.environ.get("WORLD_SIZE", "1")))
         sys.exit(2)
     finally:
         destroy_distributed()

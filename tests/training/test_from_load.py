@@ -14,6 +14,7 @@ run of tests/training/test_train_entry.py (tests/training/_runs.py drops the mod
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,37 @@ def test_without_a_record_the_sizes_are_needed(ckpts: dict) -> None:
         plan(config, 1)
 
 
-def test_the_entry_says_it_in_one_line(ckpts: dict) -> None:
-    """Through torchrun: exit status 2 and one `error:` line (rank 0's), no traceback of ours."""
-    out = subprocess.run(command(2, "--method", "full", "--load", ckpts["base"], "--data-path", ckpts["data"],
-                                 "--train-iters", "2", "--rotary-base", "10000"),
-                         capture_output=True, text=True, timeout=300)
+def _one_error_line(out: subprocess.CompletedProcess) -> None:
     assert out.returncode != 0
     ours = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(ours) == 1 and "--rotary-base" in ours[0] and "500000" in ours[0], out.stderr[-3000:]
     # no traceback of ours (torchrun adds its own ChildFailedError report for the exit status)
     assert 'megatron_scale/' not in out.stderr and "FlagError" not in out.stderr, out.stderr[-3000:]
     assert "exitcode  : 2" in out.stderr, out.stderr[-3000:]
+
+
+BAD = ("--method", "full", "--train-iters", "2", "--rotary-base", "10000")
+
+
+def test_the_entry_says_it_in_one_line(ckpts: dict) -> None:
+    """Through torchrun: exit status 2 and one `error:` line, no traceback of ours."""
+    out = subprocess.run(command(2, *BAD, "--load", ckpts["base"], "--data-path", ckpts["data"]),
+                         capture_output=True, text=True, timeout=300)
+    _one_error_line(out)
+
+
+def test_the_line_is_said_when_another_rank_than_0_fails_first(ckpts: dict) -> None:
+    """Rank 0 is held back 20 s before it starts: rank 1 finds the bad flag first and exits, and
+    torchrun ends rank 0 in its sleep. The line must come from rank 1 (it came only from rank 0)."""
+    cmd = command(2, *BAD, "--load", ckpts["base"], "--data-path", ckpts["data"])
+    entry = cmd.index("-m", cmd.index("--nproc-per-node=2"))
+    cmd[entry:entry + 2] = [str(Path(__file__).parent / "_late_rank.py"), "0", "20"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    _one_error_line(out)
+    # torchrun's report: rank 1 failed first with status 2, rank 0 was ended by its SIGTERM
+    root = out.stderr[out.stderr.index("Root Cause"):]
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: 2 ", root), out.stderr[-3000:]
+    assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s*exitcode\s*: -15 ", out.stderr), out.stderr[-3000:]
 
 
 def test_lr_warmup_not_below_iterations_refused_before_loading(ckpts: dict) -> None:
