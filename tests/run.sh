@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The test command (README): make or reuse .venv (tools/venv.sh, shared with the demo), run pytest.
-# Extra arguments go to pytest, e.g. `bash tests/run.sh -k linear`.
+# The test command (README): make or reuse .venv (tools/venv.sh: the locked releases, shared with
+# the demo), run pytest. Extra arguments go to pytest, e.g. `bash tests/run.sh -k linear`.
+#   bash tests/run.sh --newest [pytest args]   the same suite in .venv-newest, on the newest
+#                                              releases pyproject.toml's ranges allow (not CI's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=$(bash tools/venv.sh)
+if [ "${1:-}" = --newest ]; then
+  shift
+  PY=$(bash tools/venv.sh --newest)
+else
+  PY=$(bash tools/venv.sh)
+fi
 # Two pytest workers, each taking whole files (module fixtures run once): most tests wait on
 # spawned ranks' start-up, so two at a time use the 2 cores far better than one (measured on
 # the 2-core CI machine: 993 s -> 647 s). PYTEST_WORKERS=0 runs them in one process.

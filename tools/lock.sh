@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Refresh the lock files that tools/venv.sh installs from:
+#   requirements/lock.txt     the exact release of every package the project and its test extra
+#                             need (pyproject.toml's ranges, and its `build` dependency group for the
+#                             editable install), for Python 3.12 on every platform (--universal:
+#                             environment markers, not one machine's wheels), with the sha256 of
+#                             every file of those releases;
+#   requirements/no-deps.txt  requirements/no-deps.in pinned with hashes, installed without deps.
+#
+#   bash tools/lock.sh              re-resolve after a change of pyproject.toml's ranges, keeping
+#                                   each package's locked release wherever the ranges still allow it
+#   bash tools/lock.sh --upgrade    re-resolve to the newest releases the ranges allow
+#
+# Then run the suite on the new lock (bash tests/run.sh) and commit the lock with the change.
+# `bash tests/run.sh --newest` runs the suite on the newest releases without touching the lock.
+# The resolver is uv, pinned here, installed into a throwaway venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV_VERSION=0.13.8
+upgrade=()
+case "${1:-}" in
+  "") ;;
+  --upgrade) upgrade=(--upgrade) ;;
+  *) echo "tools/lock.sh: unknown argument '$1' (expected nothing or --upgrade)" >&2; exit 2 ;;
+esac
+PY=$(bash tools/venv.sh --python)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$PY" -m venv "$tmp/uv"
+"$tmp/uv/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >&2
+# uv keeps the releases already in an output file unless --upgrade, and writes it only on success
+export UV_CUSTOM_COMPILE_COMMAND="bash tools/lock.sh${upgrade:+ --upgrade}"
+"$tmp/uv/bin/uv" pip compile pyproject.toml --extra test --group build --universal --python-version 3.12 \
+  --generate-hashes "${upgrade[@]}" -o requirements/lock.txt >&2
+"$tmp/uv/bin/uv" pip compile requirements/no-deps.in --no-deps --universal --python-version 3.12 \
+  --generate-hashes "${upgrade[@]}" -o requirements/no-deps.txt >&2
+echo "tools/lock.sh: wrote requirements/lock.txt ($(grep -c '^[a-z0-9]' requirements/lock.txt) packages)" \
+  "and requirements/no-deps.txt" >&2
