@@ -4,6 +4,7 @@ docker/Dockerfile (what its pip commands may install is tests/docker/'s). The li
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -23,9 +24,14 @@ def _tool(name: str, package: str) -> str:
 
 
 def shell_scripts() -> list[Path]:
-    skip = {".venv", ".git", "runs", "node_modules"}
-    found = [*REPO.rglob("*.sh"), *(REPO / "examples" / "configs").glob("*.env")]  # configs are sourced
-    return sorted(p for p in found if not skip & set(p.relative_to(REPO).parts))
+    """Every *.sh of the checkout and the sourced configs; not the venvs (.venv, .venv-newest),
+    git's folder, runs or node_modules, which are not walked at all."""
+    skip = {".git", "runs", "node_modules"}
+    found = [*(REPO / "examples" / "configs").glob("*.env")]  # configs are sourced
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in skip and not d.startswith(".venv")]
+        found += [Path(folder) / f for f in files if f.endswith(".sh")]
+    return sorted(found)
 
 
 def test_every_shell_script_is_shellcheck_clean() -> None:
