@@ -33,6 +33,7 @@ from megatron_scale.gpukit import contents as c
 from megatron_scale.gpukit.pack import KitError, load_manifest, reassemble, verify
 
 HEADERS = ("cudnn.h", "nccl.h")
+SYSTEM_INCLUDE = Path("/usr/include")
 BUILD_ENV = {
     "NVTE_FRAMEWORK": "pytorch", "NVTE_PYTORCH_FORCE_BUILD": "TRUE", "NVTE_BUILD_USE_NVIDIA_WHEELS": "1",
     "NVTE_NO_LOCAL_VERSION": "1", "NVTE_WITH_NCCL_EP": "0",
@@ -48,7 +49,7 @@ def header_dirs(sites: list[Path], env: Mapping[str, str]) -> list[Path]:
     dirs = [Path(p) for var in ("CPATH", "CPLUS_INCLUDE_PATH") for p in env.get(var, "").split(":") if p]
     dirs += [d for s in sites for d in sorted(s.glob("nvidia/*/include"))]
     cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda"
-    return dirs + [Path(cuda) / "include", Path("/usr/include")]
+    return dirs + [Path(cuda) / "include", SYSTEM_INCLUDE]
 
 
 def compiler(env: Mapping[str, str]) -> str | None:
