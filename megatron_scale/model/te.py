@@ -13,9 +13,10 @@ around each layer.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from types import ModuleType
 from typing import Any
+
+from megatron_scale._te_probe import te_status
 
 TE_FLAGS = ("--transformer-impl transformer_engine", "--fp8-format", "--fp8-recipe")
 FP8_FORMATS = ("hybrid", "e4m3")
@@ -25,21 +26,21 @@ _override: Any = None
 
 
 def te_available() -> bool:
-    """Whether transformer_engine.pytorch can be imported here (checked without importing it)."""
-    if _override is not None:
-        return True
-    try:
-        return importlib.util.find_spec("transformer_engine.pytorch") is not None
-    except ModuleNotFoundError:
-        return False
+    """Whether transformer_engine.pytorch imports here (_te_probe.py; imports it when installed)."""
+    return _override is not None or te_status()[0]
+
+
+def te_reason() -> str:
+    """One line: why Transformer Engine cannot be used here (or that it can)."""
+    return "a stand-in (tests)" if _override is not None else te_status()[1]
 
 
 def require_te(flag: str) -> None:
-    """Stop with one error naming `flag` when Transformer Engine is not installed."""
+    """Stop with one error naming `flag` when Transformer Engine is not usable, saying why."""
     if not te_available():
         raise RuntimeError(
-            f"{flag} needs NVIDIA Transformer Engine (in the project's Docker image, or pip install "
-            "'megatron-core[te]' on a CUDA machine), which is not installed here; use "
+            f"{flag} needs NVIDIA Transformer Engine, not usable here ({te_reason()}); it is in the "
+            "project's Docker image, or the offline kit installs it (docs/gpu.md); use "
             "--transformer-impl local (bf16 works without it)"
         )
 
