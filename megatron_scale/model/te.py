@@ -13,6 +13,7 @@ around each layer.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +34,14 @@ def te_available() -> bool:
 def te_reason() -> str:
     """One line: why Transformer Engine cannot be used here (or that it can)."""
     return "a stand-in (tests)" if _override is not None else te_status()[1]
+
+
+def apex_wgrad_kernel() -> bool:
+    """Whether apex's fused_weight_gradient_mlp_cuda is importable: megatron-core's own linears
+    (ColumnParallelLinear, which GPTModel always builds its output layer from) refuse
+    gradient_accumulation_fusion without it, in __init__. NVIDIA's PyTorch images have apex; a
+    plain PyTorch GPU machine does not."""
+    return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
 
 
 def require_te(flag: str) -> None:
