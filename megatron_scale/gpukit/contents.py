@@ -6,6 +6,7 @@ older transformers. The kit carries
   - megatron-core and Transformer Engine's three pieces, installed without dependencies: TE's
     Python package, its prebuilt core library for CUDA 13, and the source of its PyTorch
     extension, which has to be built against the node's own torch (PyPI has no wheel of it);
+  - two header-only CUDA wheels the extension's build needs where the node has no CUDA toolkit;
   - the pure-Python packages TE and megatron-core import at runtime (pydantic: on every TE
     import; einops: TE's attention), the ones the GPU tests and tools import, setuptools for the
     extension's build, and transformers at the project's floor: each with its dependencies,
@@ -24,6 +25,11 @@ TRANSFORMERS_PIN = "transformers==5.23.0"  # the floor's own release: the kit's 
 # dependencies. pydantic: the versions the research note tested with TE 2.20.2.
 RUNTIME = ("pydantic==2.14.4", "einops", "packaging>=24.2", "psutil", "tqdm", "numpy", "safetensors>=0.8",
            "pytest>=8", "pytest-xdist>=3.5", "setuptools>=61")
+# CUDA headers the extension's build includes that a pip-installed CUDA torch does not bring
+# (found missing by building it here against torch 2.13+cu130's wheels): header -> the wheel
+# carrying it, CUDA 13.0 like the node's runtime. Used only where the node has no such header
+# (a CUDA toolkit has them), unpacked into the work folder, never installed.
+BUILD_HEADERS = {"crt/host_config.h": "nvidia-cuda-crt==13.0.*", "nv/target": "nvidia-cuda-cccl==13.0.*"}
 PYTHON = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 PYTHON_INCLUDE = "python3.12-include.tar.gz"  # Python.h, for a node without python3.12-dev

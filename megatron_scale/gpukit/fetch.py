@@ -69,13 +69,22 @@ def python_include(dest: Path, python: str | None = None) -> Path | None:
     return path
 
 
+def _one(folder: Path, spec: str) -> str:
+    """The one wheel in `folder` that `spec` (name==version pattern) downloaded."""
+    name, version = spec.split("==")
+    hits = sorted(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if len(hits) != 1:
+        raise KitError(f"{folder}: expected one wheel for {spec}, found {[h.name for h in hits]}")
+    return hits[0].name
+
+
 def build_kit(out: Path, staging: Path, *, limit: int = DEFAULT_LIMIT, python312: str | None = None) -> dict[str, Any]:
     """Download everything into `staging` (reused: pip skips files already there), then pack it
     into `out`. Returns the manifest."""
     nodeps, deps = staging / "nodeps", staging / "deps"
     for d in (nodeps, deps):
         d.mkdir(parents=True, exist_ok=True)
-    pip_download([c.MCORE, *c.TE_WHEELS], nodeps, deps=False)
+    pip_download([c.MCORE, *c.TE_WHEELS, *c.BUILD_HEADERS.values()], nodeps, deps=False)
     pip_download([*c.RUNTIME, c.TRANSFORMERS_PIN], deps, deps=True)
     sdist = download_sdist(c.TE_SDIST, c.TE_VERSION, nodeps)
     include = python_include(staging, python312)
@@ -83,11 +92,13 @@ def build_kit(out: Path, staging: Path, *, limit: int = DEFAULT_LIMIT, python312
     mcore = sorted(p.name for p in nodeps.glob("megatron_core-*.whl"))
     if len(te) != 2 or len(mcore) != 1:
         raise KitError(f"{nodeps}: expected two TE wheels and one megatron-core wheel, found {te + mcore}")
+    headers = {h: _one(nodeps, w) for h, w in c.BUILD_HEADERS.items()}
     runtime = sorted(deps.glob("*.whl"))
     meta = {
         "python": c.PYTHON, "te_version": c.TE_VERSION, "te_wheels": te, "te_sdist": sdist.name,
         "mcore_wheel": mcore[0], "install": c.install_requirements(),
-        "runtime_wheels": [p.name for p in runtime], "python_include": include.name if include else None,
+        "header_wheels": headers, "runtime_wheels": [p.name for p in runtime],
+        "python_include": include.name if include else None,
     }
-    files = [nodeps / n for n in (*te, *mcore)] + [sdist, *runtime] + ([include] if include else [])
+    files = [nodeps / n for n in (*te, *mcore, *headers.values())] + [sdist, *runtime] + ([include] if include else [])
     return pack(files, out, meta, limit)

@@ -1,9 +1,10 @@
 """The GPU node's side: check the kit and the machine, then install, never reaching a network.
 
 `check` (no GPU needed) stops at the first problem with one line naming it: the kit's manifest, a
-missing or corrupted part (pack.verify), this Python's version, a C++ compiler, Python.h, and the
-cudnn.h / nccl.h the TE extension includes (found in the nvidia-cudnn / nvidia-nccl wheels that a
-CUDA torch installs, in CPATH or a CUDA include folder). `install` then needs a CUDA device and a
+missing or corrupted part (pack.verify), this Python's version, a C++ compiler, Python.h, the CUDA
+headers a pip-installed torch lacks (crt/, nv/: from a CUDA toolkit, else the kit's header wheels),
+and the cudnn.h / nccl.h the TE extension includes (found in the nvidia-cudnn / nvidia-nccl wheels
+that a CUDA torch installs, in CPATH or a CUDA include folder). `install` then needs a CUDA device and a
 CUDA 13 torch, and runs, in this Python:
   1. pip install of the runtime list from the kit alone (missing packages only; torch and the
      nvidia-* / triton packages pinned to the installed versions, so nothing replaces them);
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import zipfile
 from collections.abc import Mapping
 from importlib.metadata import distributions
 from pathlib import Path
@@ -50,6 +52,24 @@ def header_dirs(sites: list[Path], env: Mapping[str, str]) -> list[Path]:
     dirs += [d for s in sites for d in sorted(s.glob("nvidia/*/include"))]
     cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda"
     return dirs + [Path(cuda) / "include", SYSTEM_INCLUDE]
+
+
+def _find_header(header: str, dirs: list[Path]) -> Path | None:
+    return next((d / header for d in dirs if (d / header).exists()), None)
+
+
+def kit_headers(manifest: dict[str, Any], files: dict[str, Path], work: Path, env: Mapping[str, str]) -> list[Path]:
+    """Include folders from the kit's header wheels, for the headers this machine lacks
+    (unpacked into work/headers, never installed)."""
+    dirs = header_dirs(site_dirs(), env)
+    out: list[Path] = []
+    for header, wheel in manifest.get("header_wheels", {}).items():
+        if _find_header(header, dirs) is None:
+            dest = work / "headers" / wheel
+            with zipfile.ZipFile(files[wheel]) as z:
+                z.extractall(dest)
+            out += [d for d in sorted(dest.glob("nvidia/*/include")) if _find_header(header, [d])]
+    return out
 
 
 def compiler(env: Mapping[str, str]) -> str | None:
@@ -79,8 +99,17 @@ def check_machine(manifest: dict[str, Any], *, sites: list[Path], env: Mapping[s
         raise KitError(f"Python.h not found in {python_include} and the kit carries none "
                        f"(install python{want}-dev, or rebuild the kit on a machine with Python {want})")
     dirs = header_dirs(sites, env)
+    for header, wheel in c.BUILD_HEADERS.items():
+        hit = _find_header(header, dirs)
+        if hit is not None:
+            notes.append(f"{header}: {hit}")
+        elif header in manifest.get("header_wheels", {}):
+            notes.append(f"{header}: from the kit's {manifest['header_wheels'][header]} (no CUDA toolkit here)")
+        else:
+            raise KitError(f"{header} not found and the kit carries no {wheel.split('==')[0]} wheel: install the CUDA "
+                           "toolkit's headers, or rebuild the kit with this checkout")
     for header in HEADERS:
-        hit = next((d / header for d in dirs if (d / header).is_file()), None)
+        hit = _find_header(header, dirs)
         if hit is None:
             raise KitError(f"{header} not found (looked in CPATH, CPLUS_INCLUDE_PATH, <site-packages>/nvidia/*/include "
                            f"and the CUDA include folder): the node's CUDA torch should have brought it with the "
@@ -176,6 +205,7 @@ def install(kit: Path, work: Path, *, jobs: int = 16, python: str = sys.executab
     torch_before = _torch_version(python)
     _run(runtime_command(work, manifest, keep_installed(work), python), pip_env(env), log, "the runtime install")
     include = [d for s in site_dirs() for d in sorted(s.glob("nvidia/*/include"))]
+    include += kit_headers(manifest, files, work, env)
     if manifest.get("python_include") and not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         with tarfile.open(files[manifest["python_include"]]) as t:
             t.extractall(work / "include", filter="data")

@@ -60,10 +60,10 @@ def standin_kit(tmp: Path, install: tuple[str, ...] = ("kitprobe",)) -> tuple[Pa
     return tmp / "kit", pack(files, tmp / "kit", meta, LIMIT), files
 
 
-def fake_headers(where: Path) -> Path:
-    """A folder with cudnn.h and nccl.h, for CPATH."""
-    where.mkdir(parents=True, exist_ok=True)
-    for h in ("cudnn.h", "nccl.h"):
+def fake_headers(where: Path, headers: tuple[str, ...] = ("cudnn.h", "nccl.h", "crt/host_config.h", "nv/target")) -> Path:
+    """A folder with the headers the extension's build needs, for CPATH."""
+    for h in headers:
+        (where / h).parent.mkdir(parents=True, exist_ok=True)
         (where / h).write_text("/* stand-in */\n")
     return where
 

@@ -56,6 +56,16 @@ def test_a_missing_header_is_named(tmp_path: Path, missing: str, monkeypatch: py
         _check(tmp_path, env={"CPATH": str(h), "CUDA_HOME": str(tmp_path / "no-cuda")})
 
 
+def test_cuda_headers_a_pip_torch_lacks_come_from_the_kit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
+    env = {"CPATH": str(fake_headers(tmp_path / "h", ("cudnn.h", "nccl.h"))), "CUDA_HOME": str(tmp_path / "no-cuda")}
+    with pytest.raises(KitError, match=r"^crt/host_config.h not found and the kit carries no nvidia-cuda-crt wheel"):
+        _check(tmp_path, env=env)
+    wheels = {"crt/host_config.h": "nvidia_cuda_crt-13.0.88-py3-none-any.whl", "nv/target": "nvidia_cuda_cccl.whl"}
+    notes = _check(tmp_path, env=env, manifest={**MANIFEST, "header_wheels": wheels})
+    assert "crt/host_config.h: from the kit's nvidia_cuda_crt-13.0.88-py3-none-any.whl (no CUDA toolkit here)" in notes
+
+
 def test_no_compiler_is_named(tmp_path: Path) -> None:
     env = {"CPATH": str(fake_headers(tmp_path / "h")), "CXX": str(tmp_path / "no-such-c++")}
     with pytest.raises(KitError, match=r"^no C\+\+ compiler"):
@@ -124,3 +134,21 @@ def test_the_floors_match_pyproject() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert f'"{contents.TRANSFORMERS_FLOOR}"' in text and f'"{contents.MCORE}"' in text
     assert contents.TRANSFORMERS_PIN.split("==")[1].startswith(contents.TRANSFORMERS_FLOOR.split(">=")[1])
+
+
+def test_the_kit_header_wheels_are_unpacked_only_for_what_is_missing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
+    monkeypatch.setattr(node, "site_dirs", lambda: [])
+    wheels = {}
+    for header, name in (("crt/host_config.h", "crt.whl"), ("nv/target", "cccl.whl")):
+        with zipfile.ZipFile(tmp_path / name, "w") as z:
+            z.writestr(f"nvidia/cu13/include/{header}", "/* stand-in */\n")
+        wheels[header] = name
+    files = {n: tmp_path / n for n in wheels.values()}
+    have_cccl = {"CPATH": str(fake_headers(tmp_path / "h", ("nv/target",))), "CUDA_HOME": str(tmp_path / "none")}
+    dirs = node.kit_headers({"header_wheels": wheels}, files, tmp_path / "work", have_cccl)
+    assert dirs == [tmp_path / "work" / "headers" / "crt.whl" / "nvidia" / "cu13" / "include"], dirs
+    assert (dirs[0] / "crt" / "host_config.h").is_file() and not (tmp_path / "work" / "headers" / "cccl.whl").exists()
