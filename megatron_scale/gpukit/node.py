@@ -58,18 +58,24 @@ def _find_header(header: str, dirs: list[Path]) -> Path | None:
     return next((d / header for d in dirs if (d / header).exists()), None)
 
 
-def kit_headers(manifest: dict[str, Any], files: dict[str, Path], work: Path, env: Mapping[str, str]) -> list[Path]:
-    """Include folders from the kit's header wheels, for the headers this machine lacks
-    (unpacked into work/headers, never installed)."""
+def build_includes(manifest: dict[str, Any], files: dict[str, Path], work: Path, env: Mapping[str, str]) -> list[Path]:
+    """The include folders for the extension's build (its CPATH): the nvidia wheels' and, for
+    each header it needs, the folder `check_machine` found it in (a CUDA toolkit's, say, which
+    the build would not search by itself) or else the kit's header wheel, unpacked into
+    work/headers (never installed)."""
     dirs = header_dirs(site_dirs(), env)
-    out: list[Path] = []
-    for header, wheel in manifest.get("header_wheels", {}).items():
-        if _find_header(header, dirs) is None:
-            dest = work / "headers" / wheel
-            with zipfile.ZipFile(files[wheel]) as z:
+    out = [d for s in site_dirs() for d in sorted(s.glob("nvidia/*/include"))]
+    wheels = manifest.get("header_wheels", {})
+    for header in (*c.BUILD_HEADERS, *HEADERS):
+        hit = _find_header(header, dirs)
+        if hit is not None:
+            out.append(hit.parents[len(Path(header).parts) - 1])
+        elif header in wheels:
+            dest = work / "headers" / wheels[header]
+            with zipfile.ZipFile(files[wheels[header]]) as z:
                 z.extractall(dest)
             out += [d for d in sorted(dest.glob("nvidia/*/include")) if _find_header(header, [d])]
-    return out
+    return list(dict.fromkeys(out))
 
 
 def compiler(env: Mapping[str, str]) -> str | None:
@@ -204,8 +210,7 @@ def install(kit: Path, work: Path, *, jobs: int = 16, python: str = sys.executab
     env = dict(os.environ)
     torch_before = _torch_version(python)
     _run(runtime_command(work, manifest, keep_installed(work), python), pip_env(env), log, "the runtime install")
-    include = [d for s in site_dirs() for d in sorted(s.glob("nvidia/*/include"))]
-    include += kit_headers(manifest, files, work, env)
+    include = build_includes(manifest, files, work, env)
     if manifest.get("python_include") and not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         with tarfile.open(files[manifest["python_include"]]) as t:
             t.extractall(work / "include", filter="data")

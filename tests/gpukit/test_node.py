@@ -136,7 +136,7 @@ def test_the_floors_match_pyproject() -> None:
     assert contents.TRANSFORMERS_PIN.split("==")[1].startswith(contents.TRANSFORMERS_FLOOR.split(">=")[1])
 
 
-def test_the_kit_header_wheels_are_unpacked_only_for_what_is_missing(tmp_path: Path,
+def test_the_build_sees_each_header_where_it_was_found_or_from_the_kit(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import zipfile
 
@@ -148,7 +148,7 @@ def test_the_kit_header_wheels_are_unpacked_only_for_what_is_missing(tmp_path: P
             z.writestr(f"nvidia/cu13/include/{header}", "/* stand-in */\n")
         wheels[header] = name
     files = {n: tmp_path / n for n in wheels.values()}
-    have_cccl = {"CPATH": str(fake_headers(tmp_path / "h", ("nv/target",))), "CUDA_HOME": str(tmp_path / "none")}
-    dirs = node.kit_headers({"header_wheels": wheels}, files, tmp_path / "work", have_cccl)
-    assert dirs == [tmp_path / "work" / "headers" / "crt.whl" / "nvidia" / "cu13" / "include"], dirs
+    toolkit = fake_headers(tmp_path / "cuda" / "include", ("nv/target", "cudnn.h", "nccl.h"))
+    dirs = node.build_includes({"header_wheels": wheels}, files, tmp_path / "work", {"CUDA_HOME": str(tmp_path / "cuda")})
+    assert dirs == [tmp_path / "work" / "headers" / "crt.whl" / "nvidia" / "cu13" / "include", toolkit], dirs
     assert (dirs[0] / "crt" / "host_config.h").is_file() and not (tmp_path / "work" / "headers" / "cccl.whl").exists()
