@@ -152,3 +152,14 @@ def test_the_build_sees_each_header_where_it_was_found_or_from_the_kit(tmp_path:
     dirs = node.build_includes({"header_wheels": wheels}, files, tmp_path / "work", {"CUDA_HOME": str(tmp_path / "cuda")})
     assert dirs == [tmp_path / "work" / "headers" / "crt.whl" / "nvidia" / "cu13" / "include", toolkit], dirs
     assert (dirs[0] / "crt" / "host_config.h").is_file() and not (tmp_path / "work" / "headers" / "cccl.whl").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_install_stops_for_want_of_cuda_after_the_checks_and_before_touching_anything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kit, _, _ = standin_kit(tmp_path)
+    monkeypatch.setenv("CPATH", str(fake_headers(tmp_path / "h")))
+    monkeypatch.setenv("CXX", "/bin/true")
+    with pytest.raises(KitError, match=r"^no CUDA device visible .* the kit checks passed"):
+        node.install(kit, tmp_path / "work")
+    assert not (tmp_path / "work").exists(), "nothing joined, installed or built"
