@@ -43,7 +43,11 @@ BUILD_ENV = {
 
 
 def site_dirs() -> list[Path]:
-    return [Path(p) for p in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])]
+    """This Python's package folders, those it sees beyond its own included (a venv made with
+    --system-site-packages sees the node's torch and its nvidia wheels there)."""
+    paths = sysconfig.get_paths()
+    seen = [paths["purelib"], paths["platlib"], *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))]
+    return [Path(p) for p in dict.fromkeys(seen) if Path(p).is_dir()]
 
 
 def header_dirs(sites: list[Path], env: Mapping[str, str]) -> list[Path]:
