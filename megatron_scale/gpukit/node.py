@@ -10,7 +10,8 @@ CUDA 13 torch, and runs, in this Python:
      nvidia-* / triton packages pinned to the installed versions, so nothing replaces them);
   2. a build of TE's PyTorch extension from its source against this torch
      (--no-build-isolation, env from docs/gpu.md: the nvidia wheels' headers, no EP code, no
-     local version suffix); the built wheel is kept in the work folder;
+     local version suffix); the built wheel is kept in the work folder, and reused by a later
+     install into the same folder for the same torch;
   3. pip install --no-deps of megatron-core, TE's two wheels and the built one;
   4. an import of transformer_engine.pytorch, printing its FP8 availability.
 Every pip call gets --no-index, PIP_NO_INDEX=1 and PIP_CONFIG_FILE=/dev/null (no configured index
@@ -205,6 +206,39 @@ def _torch_version(python: str) -> str:
                           text=True, check=True).stdout.strip()
 
 
+BUILT_FOR = "BUILT_FOR"  # in work/built: the torch version and the source the wheel was built from
+
+
+def reused_build(built: Path, torch_version: str, sdist: str) -> Path | None:
+    """The extension wheel an earlier install left in `built`, if it was built from `sdist` for
+    this torch version (a second session on the node skips the build)."""
+    wheels = sorted(built.glob("transformer_engine_torch-*.whl"))
+    stamp = built / BUILT_FOR
+    if len(wheels) == 1 and stamp.is_file() and stamp.read_text().split() == [torch_version, sdist]:
+        return wheels[0]
+    return None
+
+
+def build_extension(work: Path, manifest: dict[str, Any], files: dict[str, Path], env: Mapping[str, str], jobs: int,
+                    python: str, torch_version: str) -> Path:
+    """Step 2: TE's PyTorch extension built against this torch, into work/built (stamped)."""
+    include = build_includes(manifest, files, work, env)
+    if manifest.get("python_include") and not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        with tarfile.open(files[manifest["python_include"]]) as t:
+            t.extractall(work / "include", filter="data")
+        include.append(work / "include" / "python3.12")
+    built = work / "built"
+    shutil.rmtree(built, ignore_errors=True)
+    built.mkdir()
+    _run(build_command(work, manifest, python), build_env(env, include, jobs), work / "build.log",
+         "the Transformer Engine extension build")
+    wheels = sorted(built.glob("transformer_engine_torch-*.whl"))
+    if len(wheels) != 1:
+        raise KitError(f"the build left {len(wheels)} transformer_engine_torch wheels in {built}, not one")
+    (built / BUILT_FOR).write_text(f"{torch_version} {manifest['te_sdist']}\n")
+    return wheels[0]
+
+
 def install(kit: Path, work: Path, *, jobs: int = 16, python: str = sys.executable) -> list[str]:
     """check(), check_cuda(), then steps 1-4 (module docstring): what each printed."""
     manifest, notes = check(kit)
@@ -214,21 +248,13 @@ def install(kit: Path, work: Path, *, jobs: int = 16, python: str = sys.executab
     env = dict(os.environ)
     torch_before = _torch_version(python)
     _run(runtime_command(work, manifest, keep_installed(work), python), pip_env(env), log, "the runtime install")
-    include = build_includes(manifest, files, work, env)
-    if manifest.get("python_include") and not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        with tarfile.open(files[manifest["python_include"]]) as t:
-            t.extractall(work / "include", filter="data")
-        include.append(work / "include" / "python3.12")
-    (work / "built").mkdir(exist_ok=True)
-    _run(build_command(work, manifest, python), build_env(env, include, jobs), work / "build.log",
-         "the Transformer Engine extension build")
-    built = sorted((work / "built").glob("transformer_engine_torch-*.whl"))
-    if not built:
-        raise KitError(f"the build left no transformer_engine_torch wheel in {work / 'built'}")
-    _run(te_command(work, manifest, built[-1], python), pip_env(env), log, "the Transformer Engine install")
+    built, how = reused_build(work / "built", torch_before, manifest["te_sdist"]), "reused"
+    if built is None:
+        built, how = build_extension(work, manifest, files, env, jobs, python, torch_before), "built"
+    _run(te_command(work, manifest, built, python), pip_env(env), log, "the Transformer Engine install")
     if _torch_version(python) != torch_before:
         raise KitError(f"torch changed from {torch_before}: the kit must never replace it (see {log})")
     r = subprocess.run([python, "-c", FP8_REPORT], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise KitError(f"transformer_engine.pytorch does not import: {(r.stderr.strip().splitlines() or [''])[-1]}")
-    return [*notes, f"built {built[-1].name} (kept in {work / 'built'})", r.stdout.strip()]
+    return [*notes, f"{how} {built.name} (kept in {built.parent} for this torch)", r.stdout.strip()]

@@ -163,3 +163,39 @@ def test_install_stops_for_want_of_cuda_after_the_checks_and_before_touching_any
     with pytest.raises(KitError, match=r"^no CUDA device visible .* the kit checks passed"):
         node.install(kit, tmp_path / "work")
     assert not (tmp_path / "work").exists(), "nothing joined, installed or built"
+
+
+def _standin_sdist(work: Path) -> str:
+    """transformer_engine_torch-2.20.2.tar.gz: a setuptools project that fails unless the build
+    env names the header folders and NVTE's settings (what TE's real setup.py reads)."""
+    import tarfile
+
+    src = work / "src" / "transformer_engine_torch-2.20.2"
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text(
+        "import os\nfrom setuptools import setup\n"
+        "assert os.environ['NVTE_PYTORCH_FORCE_BUILD'] == 'TRUE' and os.environ['NVTE_WITH_NCCL_EP'] == '0'\n"
+        "assert any(os.path.exists(os.path.join(d, 'cudnn.h')) for d in os.environ['CPATH'].split(':'))\n"
+        "setup(name='transformer_engine_torch', version='2.20.2', py_modules=[])\n")
+    name = "transformer_engine_torch-2.20.2.tar.gz"
+    with tarfile.open(work / name, "w:gz") as t:
+        t.add(src, arcname=src.name)
+    return name
+
+
+def test_the_build_step_runs_offline_and_a_second_install_reuses_its_wheel(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    manifest = {"te_sdist": _standin_sdist(work), "header_wheels": {}, "python_include": None}
+    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
+    index = Listener()
+    try:
+        env = {**os.environ, **index.env(), "CPATH": str(fake_headers(tmp_path / "h"))}
+        wheel = node.build_extension(work, manifest, {}, env, 2, sys.executable, "2.11.0+cu130")
+        assert not index.contacted(), "the build reached the configured index"
+    finally:
+        index.close()
+    assert wheel.name.startswith("transformer_engine_torch-2.20.2-") and wheel.parent == work / "built"
+    assert node.reused_build(work / "built", "2.11.0+cu130", manifest["te_sdist"]) == wheel
+    assert node.reused_build(work / "built", "2.12.0+cu130", manifest["te_sdist"]) is None, "another torch: rebuild"
