@@ -4,8 +4,8 @@
 missing or corrupted part (pack.verify), this Python's version, a C++ compiler, Python.h, the CUDA
 headers a pip-installed torch lacks (crt/, nv/: from a CUDA toolkit, else the kit's header wheels),
 and the cudnn.h / nccl.h the TE extension includes (found in the nvidia-cudnn / nvidia-nccl wheels
-that a CUDA torch installs, in CPATH or a CUDA include folder). `install` then needs a CUDA device and a
-CUDA 13 torch, and runs, in this Python:
+that a CUDA torch installs, in CPATH or a CUDA include folder). `install` then needs a CUDA device and
+a CUDA 13 torch, and runs, in this Python:
   1. pip install of the runtime list from the kit alone (missing packages only; torch and the
      nvidia-* / triton packages pinned to the installed versions, so nothing replaces them);
   2. a build of TE's PyTorch extension from its source against this torch
@@ -52,7 +52,7 @@ def site_dirs() -> list[Path]:
 
 
 def header_dirs(sites: list[Path], env: Mapping[str, str]) -> list[Path]:
-    """Where the extension's build looks for cudnn.h and nccl.h, in order."""
+    """Where the check looks for the headers the extension's build needs, in order."""
     dirs = [Path(p) for var in ("CPATH", "CPLUS_INCLUDE_PATH") for p in env.get(var, "").split(":") if p]
     dirs += [d for s in sites for d in sorted(s.glob("nvidia/*/include"))]
     cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda"
