@@ -7,8 +7,8 @@ older transformers. The kit carries
     Python package, its prebuilt core library for CUDA 13, and the source of its PyTorch
     extension, which has to be built against the node's own torch (PyPI has no wheel of it);
   - two header-only CUDA wheels the extension's build needs where the node has no CUDA toolkit;
-  - the pure-Python packages TE and megatron-core import at runtime (pydantic: on every TE
-    import; einops: TE's attention), the ones the GPU tests and tools import, setuptools for the
+  - the pure-Python packages TE and megatron-core import at runtime (pydantic, onnx and
+    onnxscript: on every TE import; einops: TE's attention), the ones the GPU tests and tools import, setuptools for the
     extension's build, and transformers at the project's floor: each with its dependencies,
     installed only where the node lacks them.
 """
@@ -22,9 +22,10 @@ TE_SDIST = "transformer-engine-torch"
 TRANSFORMERS_FLOOR = "transformers>=5.23"
 TRANSFORMERS_PIN = "transformers==5.23.0"  # the floor's own release: the kit's choice when the node's is older
 # Installed where missing (pip keeps what the node already satisfies); downloaded with their
-# dependencies. pydantic: the versions the research note tested with TE 2.20.2.
-RUNTIME = ("pydantic==2.14.4", "einops", "packaging>=24.2", "psutil", "tqdm", "numpy", "safetensors>=0.8",
-           "pytest>=8", "pytest-xdist>=3.5", "setuptools>=61")
+# dependencies. pydantic: the versions the research note tested with TE 2.20.2. onnx, onnxscript:
+# TE 2.20.2 imports them on every import (pytorch/export.py; found installing the kit here).
+RUNTIME = ("pydantic==2.14.4", "einops", "onnx", "onnxscript", "packaging>=24.2", "psutil", "tqdm", "numpy",
+           "safetensors>=0.8", "pytest>=8", "pytest-xdist>=3.5", "setuptools>=61")
 # CUDA headers the extension's build includes that a pip-installed CUDA torch does not bring
 # (found missing by building it here against torch 2.13+cu130's wheels): header -> the wheel
 # carrying it, CUDA 13.0 like the node's runtime. Used only where the node has no such header
