@@ -8,9 +8,9 @@ older transformers. The kit carries
     extension, which has to be built against the node's own torch (PyPI has no wheel of it);
   - two header-only CUDA wheels the extension's build needs where the node has no CUDA toolkit;
   - the pure-Python packages TE and megatron-core import at runtime (pydantic, onnx and
-    onnxscript: on every TE import; einops: TE's attention), the ones the GPU tests and tools import, setuptools for the
-    extension's build, and transformers at the project's floor: each with its dependencies,
-    installed only where the node lacks them.
+    onnxscript: on every TE import; einops: TE's attention), the ones the GPU tests and tools
+    import, setuptools for the extension's build, and transformers at the project's floor: each
+    with its dependencies, installed only where the node lacks them.
 """
 
 from __future__ import annotations
