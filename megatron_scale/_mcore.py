@@ -12,6 +12,8 @@ from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
 from typing import Any
 
+from megatron_scale._te_probe import hide_broken_te
+
 MCORE_VERSION = "0.19.2"
 
 
@@ -31,6 +33,7 @@ def _check_version() -> None:
 
 
 _check_version()
+hide_broken_te()  # megatron-core catches only ImportError from TE (_te_probe.py)
 
 # ruff: noqa: E402  (imports after the version check on purpose)
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel

@@ -134,13 +134,14 @@ def cuda_step(te_imported: bool) -> list[Check]:
     torch.cuda.synchronize()
     finite = inp.grad is not None and bool(torch.isfinite(inp.grad).all())
     checks.append(Check("te step", "ok" if finite else "fail", "te.Linear bf16 fwd/bwd"))
-    try:
-        fp8_ok, why = importlib.import_module("transformer_engine.pytorch.fp8").check_fp8_support()
-    except (ImportError, AttributeError) as e:  # the module moved in a later TE
-        fp8_ok, why = False, f"cannot ask this TE ({type(e).__name__}: {e})"
+    # TE 2.20's names (fp8.check_fp8_support and fp8_autocast still work there, deprecated)
+    if hasattr(te, "is_fp8_available"):
+        fp8_ok, why = te.is_fp8_available(return_reason=True)
+    else:
+        fp8_ok, why = False, "this TE has no transformer_engine.pytorch.is_fp8_available"
     if not fp8_ok:
         return [*checks, Check("fp8 step", "skip", f"FP8 not available: {why}")]
-    with te.fp8_autocast(enabled=True):
+    with (te.autocast if hasattr(te, "autocast") else te.fp8_autocast)(enabled=True):
         out = layer(inp.detach().requires_grad_())
     out.float().square().mean().backward()
     torch.cuda.synchronize()

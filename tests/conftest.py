@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.model.te import te_available
+from megatron_scale.model.te import te_available, te_reason
 
 
 def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)
@@ -23,5 +23,5 @@ def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)
 
 def requires_te(fn):  # noqa: ANN001, ANN201 (a decorator)
     """Mark a test as needing NVIDIA Transformer Engine: the `te` marker plus a skip that says why."""
-    skip = pytest.mark.skipif(not te_available(), reason="needs NVIDIA Transformer Engine (transformer_engine.pytorch)")
+    skip = pytest.mark.skipif(not te_available(), reason=f"needs NVIDIA Transformer Engine: {te_reason()}")
     return pytest.mark.te(skip(fn))

@@ -29,9 +29,15 @@ MODEL = ("--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-query-g
 EXTRA = {"freeze": ["--freeze-layers", "2"], "llama-pro": ["--llama-pro-blocks", "2"]}
 
 
+def _env() -> dict[str, str]:
+    """The caller's environment with this checkout first on PYTHONPATH, the caller's entries kept:
+    on a GPU node packages may live beside the image's Python (a --target folder on PYTHONPATH)."""
+    kept = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{kept}" if kept else str(ROOT)}
+
+
 def _run(cmd: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
     return out
 
@@ -39,6 +45,14 @@ def _run(cmd: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
 def _train(*args: str) -> None:
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
           "-m", "megatron_scale.train", *MODEL, *args])
+
+
+def test_the_subprocesses_keep_the_callers_pythonpath(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """CPU: what the GPU tests hand their torchrun subprocesses."""
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
+    assert _env()["PYTHONPATH"].split(os.pathsep) == [str(ROOT), str(tmp_path / "a"), str(tmp_path / "b")]
+    monkeypatch.delenv("PYTHONPATH")
+    assert _env()["PYTHONPATH"] == str(ROOT)
 
 
 @requires_gpus(1)

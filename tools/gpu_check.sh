@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # The GPU side of this repository in one command, on a machine with one CUDA GPU (an H100 node):
 #
-#   bash tools/gpu_check.sh [--wheels DIR] [--out DIR] [--skip-install] [--skip-bench]
+#   bash tools/gpu_check.sh [--kit DIR | --wheels DIR | --skip-install] [--out DIR] [--skip-bench]
 #
 # Needs: Python 3.12 with a CUDA build of PyTorch (the machine's own; it is never replaced), a GPU.
 # Installs into that Python, keeping its torch: megatron-core 0.19.2, Transformer Engine
 # (transformer-engine[pytorch]; optional: its tests skip, saying so, where it cannot be installed),
 # pytest, and this project (its other requirements). apex is used where present, never installed.
-# From a package index where one is reachable; with --wheels DIR, only from that folder of wheels
-# (pip --no-index --find-links DIR), for a GPU box without network: fill DIR elsewhere with
-#   pip download -d DIR megatron-core==0.19.2 'transformer-engine[pytorch]' pytest pytest-xdist -e .
+# Three ways to install:
+#   --kit DIR       no network (docs/gpu.md): the offline kit (tools/gpu_kit.py build) copied to DIR.
+#                   The kit is checked first (every part, checksum, compiler, header), then the GPU,
+#                   then it is installed and TE's PyTorch extension built against this torch; the
+#                   project runs from this checkout (PYTHONPATH), not installed.
+#   (default)       from a package index: pip install megatron-core, -e ., transformer-engine[pytorch].
+#   --wheels DIR    only from that folder (pip --no-index --find-links DIR), filled elsewhere with
+#                   pip download -d DIR megatron-core==0.19.2 'transformer-engine[pytorch]' pytest pytest-xdist -e .
+# --skip-install installs nothing (what is there is used). With --kit or --skip-install, pip is
+# never pointed at an index (PIP_NO_INDEX=1, PIP_CONFIG_FILE=/dev/null).
 # Then it runs:
 #   1. the GPU tests: pytest -m "gpu or te" (every method trained, saved and resumed on the GPU,
 #      conversion with --verify on CUDA, the biography benchmark on CUDA, the TE/FP8 tests);
@@ -20,20 +27,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WHEELS="" OUT="runs/gpu_check" INSTALL=1 BENCH=1
+KIT="" WHEELS="" OUT="runs/gpu_check" INSTALL=1 BENCH=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --kit) KIT="${2:?--kit needs a folder}"; shift 2 ;;
     --wheels) WHEELS="${2:?--wheels needs a folder}"; shift 2 ;;
     --out) OUT="${2:?--out needs a folder}"; shift 2 ;;
     --skip-install) INSTALL=0; shift ;;
     --skip-bench) BENCH=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 PY="${PYTHON:-python3}"
 if [ -n "$WHEELS" ] && [ ! -d "$WHEELS" ]; then
   echo "gpu_check.sh: --wheels $WHEELS is not a folder" >&2; exit 2
+fi
+if [ -n "$KIT" ] && { [ -n "$WHEELS" ] || [ "$INSTALL" = 0 ]; }; then
+  echo "gpu_check.sh: --kit installs from the kit; it cannot be combined with --wheels or --skip-install" >&2; exit 2
+fi
+if [ -n "$KIT" ] || [ "$INSTALL" = 0 ]; then  # offline: no pip call may consult an index
+  export PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -n "$KIT" ]; then  # the kit and the build tools first: a bad part is named before the GPU
+  "$PY" -m megatron_scale.gpukit check "$KIT" || exit 1
 fi
 if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "gpu_check.sh: no CUDA device visible to $PY (torch.cuda.is_available() is False); run it on a GPU node" >&2
@@ -50,7 +68,9 @@ pip_install() {  # pip install "$@" from the index, or from --wheels only; never
   fi
 }
 
-if [ "$INSTALL" = 1 ]; then
+if [ -n "$KIT" ]; then
+  "$PY" -m megatron_scale.gpukit install "$KIT" --work "$OUT/kit" || exit 1
+elif [ "$INSTALL" = 1 ]; then
   pip_install --no-deps "megatron-core==0.19.2"
   pip_install "pytest>=8" "pytest-xdist>=3.5"
   pip_install -e .  # its torch requirement is a floor: the machine's CUDA torch satisfies it

@@ -19,7 +19,7 @@ from megatron_scale.model.builder import build_scale_gpt
 from megatron_scale.model.lora import LoraSettings, init_lora_model, lora_layer_spec
 from megatron_scale.model.methods import Freeze, LlamaPro, Method, freeze_bottom, train_only_layers
 from megatron_scale.model.spec import llama_block_spec, llama_te_block_spec, te_backend
-from megatron_scale.model.te import fp8_config
+from megatron_scale.model.te import apex_wgrad_kernel, fp8_config
 from megatron_scale.upscale.depth import new_block_indices
 
 
@@ -46,7 +46,9 @@ class Kernels:
     fp8_recipe: str | None = None
     """delayed | tensorwise (with fp8_format; default delayed)."""
     gradient_accumulation_fusion: bool = False
-    """TE accumulates weight gradients straight into the fp32 main_grad buffers."""
+    """Weight gradients accumulate straight into the fp32 main_grad buffers: in SCALE's TE linears
+    through TE alone; megatron-core's own linears too where apex's kernel is installed
+    (model/te.py apex_wgrad_kernel); other methods need that kernel."""
     initialize: bool = False
     """Random init of the base weights (off where a checkpoint overwrites them anyway)."""
     init_method_std: float = 0.02
@@ -66,16 +68,24 @@ def model_layers(args: LlamaArgs, method: Method) -> int:
 
 def build_model(args: LlamaArgs, method: Method, parallel: Parallel = Parallel(), kernels: Kernels = Kernels()) -> Any:
     """This rank's model chunk for `method` (see the module docstring)."""
+    scale = isinstance(method, ScaleConfig | ScaleDims)
+    fusion = kernels.gradient_accumulation_fusion
+    if fusion and not scale and not apex_wgrad_kernel():
+        raise ValueError(
+            "--gradient-accumulation-fusion with this method needs apex's fused_weight_gradient_mlp_cuda "
+            "(megatron-core's linears accumulate through it), which is not installed here; the SCALE methods "
+            "fuse through Transformer Engine alone, or drop the flag"
+        )
     cfg = args.transformer_config(
         parallel.tp, parallel.pp, sequence_parallel=parallel.sequence_parallel, initialize=kernels.initialize,
         cpu_initialization=kernels.cpu_initialization, init_method_std=kernels.init_method_std,
-        gradient_accumulation_fusion=kernels.gradient_accumulation_fusion,
+        gradient_accumulation_fusion=fusion and apex_wgrad_kernel(),
         fp8=fp8_config(kernels.fp8_format, kernels.fp8_recipe), num_layers=model_layers(args, method),
     )
     kwargs = args.gpt_kwargs()
-    if isinstance(method, ScaleConfig | ScaleDims):
+    if scale:
         tied = kwargs.pop("share_embeddings_and_output_weights")
-        extra = {"backend": te_backend()} if kernels.te else {}
+        extra = {"backend": te_backend(wgrad_fusion=fusion)} if kernels.te else {}
         return build_scale_gpt(cfg, method, tied_embeddings=tied, **extra, **kwargs)
     if isinstance(method, LoraSettings):
         spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), method, gated=True)

@@ -31,19 +31,25 @@ class ScaleBackend:
     row_linear: type = ScaleRowParallelLinear
     norm: type = SplitRMSNorm
     core_attention: type = mc.DotProductAttention
+    wgrad_fusion: bool = False
+    """The linears accumulate weight gradients into main_grad themselves (TE's
+    fuse_wgrad_accumulation), whatever TransformerConfig.gradient_accumulation_fusion says:
+    that one also switches megatron-core's linears to apex's kernel (model/te.py)."""
 
 
 LOCAL = ScaleBackend()
 
 
-def te_backend(core_attention: type | None = None) -> ScaleBackend:
-    """--transformer-impl transformer_engine: TE GEMMs, TE attention (imports TE when called)."""
+def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False) -> ScaleBackend:
+    """--transformer-impl transformer_engine: TE GEMMs, TE attention (imports TE when called);
+    `wgrad_fusion`: --gradient-accumulation-fusion, done by TE alone (ScaleBackend.wgrad_fusion)."""
     from megatron_scale.model.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
 
     return ScaleBackend(
         column_linear=ScaleTEColumnParallelLinear,
         row_linear=ScaleTERowParallelLinear,
         core_attention=core_attention or mc.te_extensions().TEDotProductAttention,
+        wgrad_fusion=wgrad_fusion,
     )
 
 
@@ -74,13 +80,14 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     """Spec of one upscaled TransformerLayer (0-based global `layer`)."""
     s = block_splits(dims, layer)
     norm = partial(backend.norm, base_hidden=dims.hidden)
+    fuse = {"fuse_wgrad_accumulation": True} if backend.wgrad_fusion else {}
     attention = mc.ModuleSpec(
         module=mc.SelfAttention,
         params={"attn_mask_type": mc.AttnMaskType.causal},
         submodules=mc.SelfAttentionSubmodules(
-            linear_qkv=partial(backend.column_linear, split=s["qkv"]),
+            linear_qkv=partial(backend.column_linear, split=s["qkv"], **fuse),
             core_attention=backend.core_attention,
-            linear_proj=partial(backend.row_linear, split=s["proj"]),
+            linear_proj=partial(backend.row_linear, split=s["proj"], **fuse),
             q_layernorm=mc.IdentityOp,
             k_layernorm=mc.IdentityOp,
         ),
@@ -88,8 +95,8 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     mlp = partial(
         mc.MLP.as_mlp_submodule,
         submodules=mc.MLPSubmodules(
-            linear_fc1=partial(backend.column_linear, split=s["fc1"]),
-            linear_fc2=partial(backend.row_linear, split=s["fc2"]),
+            linear_fc1=partial(backend.column_linear, split=s["fc1"], **fuse),
+            linear_fc2=partial(backend.row_linear, split=s["fc2"], **fuse),
         ),
     )
     return mc.ModuleSpec(

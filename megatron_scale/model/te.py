@@ -17,6 +17,8 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
+from megatron_scale._te_probe import te_status
+
 TE_FLAGS = ("--transformer-impl transformer_engine", "--fp8-format", "--fp8-recipe")
 FP8_FORMATS = ("hybrid", "e4m3")
 FP8_RECIPES = ("delayed", "tensorwise")
@@ -25,21 +27,29 @@ _override: Any = None
 
 
 def te_available() -> bool:
-    """Whether transformer_engine.pytorch can be imported here (checked without importing it)."""
-    if _override is not None:
-        return True
-    try:
-        return importlib.util.find_spec("transformer_engine.pytorch") is not None
-    except ModuleNotFoundError:
-        return False
+    """Whether transformer_engine.pytorch imports here (_te_probe.py; imports it when installed)."""
+    return _override is not None or te_status()[0]
+
+
+def te_reason() -> str:
+    """One line: why Transformer Engine cannot be used here (or that it can)."""
+    return "a stand-in (tests)" if _override is not None else te_status()[1]
+
+
+def apex_wgrad_kernel() -> bool:
+    """Whether apex's fused_weight_gradient_mlp_cuda is importable: megatron-core's own linears
+    (ColumnParallelLinear, which GPTModel always builds its output layer from) refuse
+    gradient_accumulation_fusion without it, in __init__. NVIDIA's PyTorch images have apex; a
+    plain PyTorch GPU machine does not."""
+    return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
 
 
 def require_te(flag: str) -> None:
-    """Stop with one error naming `flag` when Transformer Engine is not installed."""
+    """Stop with one error naming `flag` when Transformer Engine is not usable, saying why."""
     if not te_available():
         raise RuntimeError(
-            f"{flag} needs NVIDIA Transformer Engine (in the project's Docker image, or pip install "
-            "'megatron-core[te]' on a CUDA machine), which is not installed here; use "
+            f"{flag} needs NVIDIA Transformer Engine, not usable here ({te_reason()}); it is in the "
+            "project's Docker image, or the offline kit installs it (docs/gpu.md); use "
             "--transformer-impl local (bf16 works without it)"
         )
 

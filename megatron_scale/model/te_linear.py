@@ -71,6 +71,12 @@ class _TEBlocks:
     up_gemm: nn.Module
     w12_gemm: nn.Module | None
 
+    def __init__(self, *args: Any, fuse_wgrad_accumulation: bool = False, **kwargs: Any) -> None:
+        # TE's own gradient-accumulation fusion, asked for by the spec (ScaleBackend.wgrad_fusion)
+        # or by the config; megatron-core's, which needs apex, stays the config's alone.
+        self._fuse_wgrad = fuse_wgrad_accumulation
+        super().__init__(*args, **kwargs)
+
     def _make_weights(self, n: int, n_up: int, m: int, m_up: int, init_method: Callable[[torch.Tensor], None]) -> None:
         cfg = self.config
         if getattr(cfg, "fp8", None):
@@ -87,7 +93,7 @@ class _TEBlocks:
             return te.Linear(
                 inp, out, bias=False, params_dtype=cfg.params_dtype, device=param_device(cfg),
                 init_method=init, parallel_mode=None, tp_size=1, sequence_parallel=False,
-                fuse_wgrad_accumulation=bool(cfg.gradient_accumulation_fusion),
+                fuse_wgrad_accumulation=self._fuse_wgrad or bool(cfg.gradient_accumulation_fusion),
             )
 
         self.base_gemm = linear(n, m, init_method)

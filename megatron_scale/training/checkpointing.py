@@ -129,20 +129,30 @@ def _torch_optimizers(optimizer: Any) -> list[Any]:
 
 
 def _adam_step(optimizer: Any) -> float | None:
-    steps = {float(v["step"]) for o in _torch_optimizers(optimizer) for v in o.state.values() if "step" in v}
+    """Adam's step count, wherever the optimizer megatron-core picked keeps it: torch's Adam (no
+    TE or apex, as on CPU) per parameter in its state; TE's FusedAdam (megatron-core's pick
+    wherever Transformer Engine imports) per param group."""
+    inner = _torch_optimizers(optimizer)
+    steps = {float(v["step"]) for o in inner for v in o.state.values() if "step" in v}
+    steps |= {float(g["step"]) for o in inner for g in o.param_groups if "step" in g and g["params"]}
     return max(steps) if steps else None
 
 
 def _set_adam_step(optimizer: Any, step: float | None) -> None:
-    """megatron-core 0.19.2's distributed optimizer, on torch's Adam (no TE/apex, as on CPU),
-    restores the moments but leaves `step` at its placeholder value; bias correction then
-    differs from the uninterrupted run. The step is saved with the train state and set here."""
+    """megatron-core 0.19.2's distributed optimizer, on torch's Adam, restores the moments but
+    leaves `step` at its placeholder value; bias correction then differs from the uninterrupted
+    run. The step is saved with the train state and set here, for torch's Adam in each
+    parameter's state and for TE's FusedAdam in each param group (megatron-core restores that one
+    itself; setting it again keeps the two optimizers on one path, and a group's dtype is kept)."""
     if step is None:
         return
     for o in _torch_optimizers(optimizer):
         for v in o.state.values():
             if "step" in v:
                 v["step"] = torch.tensor(step, dtype=v["step"].dtype if torch.is_tensor(v["step"]) else torch.float32)
+        for g in o.param_groups:
+            if "step" in g and g["params"]:
+                g["step"] = torch.full_like(g["step"], step) if torch.is_tensor(g["step"]) else int(step)
 
 
 def _committed(save: str) -> int:

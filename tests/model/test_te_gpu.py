@@ -4,8 +4,9 @@ with the reason elsewhere). One spawned rank:
   1. bf16: the SCALE-Preserve model on TE (te_backend) gives preservation-head logits bitwise
      equal to the base model built from the same TE pieces (TE linears, TE attention, the same
      RMSNorm), and close to megatron-core's fused TE GPT spec;
-  2. FP8 (--fp8-format hybrid, delayed and tensorwise recipes) with gradient-accumulation fusion,
-     through megatron-core's DDP, optimizer and schedule: the loss is finite and falls, frozen
+  2. FP8 (--fp8-format hybrid, delayed and tensorwise recipes) with gradient-accumulation fusion
+     (TE's own, on SCALE's TE blocks; megatron-core's only where apex's kernel is installed, so a
+     plain PyTorch GPU machine runs it too), through megatron-core's DDP, optimizer and schedule: the loss is finite and falls, frozen
      weights get neither grad nor main_grad while every trainable one has a main_grad, the frozen
      base keeps its bytes, and its cached FP8 copy is the same object, unchanged, from the third
      step on (the cast is not redone each step).
@@ -78,16 +79,30 @@ def _batch() -> dict[str, torch.Tensor]:
     }
 
 
-def _scale_te(cfg: Any, state: dict, variant: str = "preserve") -> Any:
+def _fp8_config(recipe: str) -> Any:
+    """FP8 with gradient-accumulation fusion: megatron-core's only with apex (model/te.py)."""
+    from megatron_scale.model.te import apex_wgrad_kernel
+
+    return _config(fp8="hybrid", fp8_recipe=recipe, gradient_accumulation_fusion=apex_wgrad_kernel())
+
+
+def _build_scale_te(cfg: Any, wgrad_fusion: bool, backend: Any = None) -> Any:
+    """The SCALE-Preserve model on TE, before its first CUDA call (tests/model/test_te_gpu_build.py
+    builds it on CPU with a TE stand-in); `wgrad_fusion`: TE's own."""
     from megatron_scale.config import ScaleConfig
     from megatron_scale.model.builder import build_scale_gpt
     from megatron_scale.model.spec import te_backend
+
+    return build_scale_gpt(
+        cfg, ScaleConfig(variant="preserve", init="normal"), vocab_size=VOCAB, max_sequence_length=SEQ,
+        position_embedding_type="rope", backend=backend or te_backend(wgrad_fusion=wgrad_fusion),
+    )
+
+
+def _scale_te(cfg: Any, state: dict, wgrad_fusion: bool = False) -> Any:
     from megatron_scale.upscale import load_upscaled
 
-    model = build_scale_gpt(
-        cfg, ScaleConfig(variant=variant, init="normal"), vocab_size=VOCAB, max_sequence_length=SEQ,
-        position_embedding_type="rope", backend=te_backend(),
-    ).cuda()
+    model = _build_scale_te(cfg, wgrad_fusion).cuda()
     load_upscaled(model, state)
     return model
 
@@ -121,10 +136,10 @@ def _fp8_training(recipe: str) -> dict[str, Any]:
     from megatron_scale.model.state import global_state_dict
     from megatron_scale.model.te_linear import _TEBlocks
 
-    cfg = _config(fp8="hybrid", fp8_recipe=recipe, gradient_accumulation_fusion=True)
+    cfg = _fp8_config(recipe)
     torch.manual_seed(0)
     state = global_state_dict(_gpt(_config(), mc.get_gpt_layer_local_spec(normalization="RMSNorm"), None))
-    model = _scale_te(cfg, state)
+    model = _scale_te(cfg, state, wgrad_fusion=True)
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     ddp = mc.DistributedDataParallel(cfg, mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True), module=model)
     opt = mc.get_megatron_optimizer(

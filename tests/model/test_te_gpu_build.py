@@ -1,0 +1,82 @@
+"""tests/model/test_te_gpu.py's FP8 models built on CPU up to their first CUDA call, with the TE
+stand-in (tests/model/_te_standin.py) and no apex: gradient-accumulation fusion reaches every TE
+block (TE's fuse_wgrad_accumulation) while megatron-core's linears are not asked for apex's
+fused_weight_gradient_mlp_cuda (its ColumnParallelLinear raises in __init__ when they are, as the
+old configuration shows here). Also: the methods whose linears are megatron-core's refuse
+--gradient-accumulation-fusion by name without apex."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from megatron_scale.model.te import apex_wgrad_kernel
+from tests._dist import run_ranks
+
+
+def _body(rank: int, world: int) -> dict[str, Any]:
+    from megatron_scale import _mcore as mc
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.model import te
+    from tests.model import _te_standin
+    from tests.model import test_te_gpu as gpu
+
+    init_distributed(1, 1, device="cpu", seed=1234)
+    te.use_stand_in(_te_standin)
+    # te_backend()'s default attention is TE's, which imports TE itself: the stand-in's stand-in
+    mc.te_extensions = lambda: SimpleNamespace(TEDotProductAttention=mc.DotProductAttention)
+    out: dict[str, Any] = {}
+    for recipe in ("delayed", "tensorwise"):
+        cfg = dataclasses.replace(gpu._fp8_config(recipe), use_cpu_initialization=True)
+        model = gpu._build_scale_te(cfg, True)
+        blocks = [m for m in model.modules() if isinstance(m, _te_standin.Linear)]
+        out[recipe] = {
+            "config_fusion": cfg.gradient_accumulation_fusion,
+            "te_blocks": len(blocks),
+            "te_blocks_fused": all(m.fuse_wgrad_accumulation for m in blocks),
+            "mcore_fused": any(getattr(m, "gradient_accumulation_fusion", False) for m in model.modules()),
+            "all_on_cpu": all(p.device.type == "cpu" for p in model.parameters()),
+        }
+    try:  # the configuration test_te_gpu.py used before: megatron-core's fusion, which needs apex
+        gpu._build_scale_te(dataclasses.replace(cfg, gradient_accumulation_fusion=True), True)
+        out["old_config"] = "built"
+    except RuntimeError as e:
+        out["old_config"] = str(e)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, Any]:
+    return run_ranks(_body, 1)[0]
+
+
+def test_this_machine_has_no_apex_kernel() -> None:
+    assert not apex_wgrad_kernel(), "the tests below show a build without apex; this machine has it"
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "tensorwise"])
+def test_the_fp8_model_builds_without_apex_with_te_fusing(built: dict[str, Any], recipe: str) -> None:
+    r = built[recipe]
+    assert r["config_fusion"] is False and r["all_on_cpu"], r
+    assert r["te_blocks"] == 2 * 4 * 2 and r["te_blocks_fused"], r  # 2 layers x 4 linears x (W, [W21 W22])
+    assert r["mcore_fused"] is False, r
+
+
+def test_asking_megatron_core_for_the_fusion_needs_apex(built: dict[str, Any]) -> None:
+    assert "fused_weight_gradient_mlp_cuda" in built["old_config"], built["old_config"]
+
+
+def test_other_methods_refuse_the_flag_by_name_without_apex() -> None:
+    from megatron_scale.model.args import LlamaArgs
+    from megatron_scale.model.build import Kernels, build_model
+    from megatron_scale.model.methods import Full
+
+    args = LlamaArgs(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4, ffn_hidden_size=128,
+                     kv_channels=16, vocab_size=96, max_position_embeddings=64)
+    kernels = Kernels(transformer_impl="transformer_engine", gradient_accumulation_fusion=True)
+    with pytest.raises(ValueError, match=r"--gradient-accumulation-fusion with this method needs apex's "
+                                         r"fused_weight_gradient_mlp_cuda"):
+        build_model(args, Full(), kernels=kernels)
