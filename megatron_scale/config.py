@@ -28,9 +28,12 @@ VARIANTS: tuple[str, ...] = get_args(Variant)
 INITS: tuple[str, ...] = get_args(Init)
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
 ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
+# Which side of tau keeps the preservation head z_p: "above" (statistic >= tau, the paper's) or
+# "below" (statistic <= tau), for a statistic that is lower on old-domain tokens (issue 35).
+ROUTER_DIRECTIONS = ("above", "below")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
-ROUTER_SETTINGS = ("router_tau", "router_statistic")
+ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction")
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +86,9 @@ class ScaleConfig:
     router_statistic: str = field(default="cosine", metadata=flag("--scale-router-statistic", choices=ROUTER_STATISTICS))
     """route: the per-token statistic the router compares with tau (model/router_stats.py):
     cosine (the paper's, cos(z_p, z_a)) | centered-cosine | max-prob | certainty."""
+    router_direction: str = field(default="above", metadata=flag("--scale-router-direction", choices=ROUTER_DIRECTIONS))
+    """route: which side of tau keeps the preservation head: above (statistic >= tau, the paper's)
+    | below (statistic <= tau, for a statistic lower on old-domain tokens; calibration picks it)."""
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -100,7 +106,7 @@ class ScaleConfig:
             variant=dims.variant, init=dims.init, init_std=dims.init_std, adapt_layers=adapt_layers,
             adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
             route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
-            router_statistic=dims.router_statistic, seed=dims.seed,
+            router_statistic=dims.router_statistic, router_direction=dims.router_direction, seed=dims.seed,
         )
 
 
@@ -125,6 +131,7 @@ class ScaleDims:
     adapt_modules: frozenset[str] = field(default_factory=frozenset)
     router_tau: float = 0.5
     router_statistic: str = "cosine"
+    router_direction: str = "above"
     seed: int = 1234
 
     @property
@@ -139,9 +146,9 @@ class ScaleDims:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
         """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
-        before router_statistic existed lacks it: cosine. Any other missing or unknown key is one
-        ScaleConfigError naming `where` (the checkpoint and its record)."""
-        given = {"router_statistic": "cosine", **record}
+        before router_statistic / router_direction existed lacks them: cosine / above. Any other
+        missing or unknown key is one ScaleConfigError naming `where` (the checkpoint and its record)."""
+        given = {"router_statistic": "cosine", "router_direction": "above", **record}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
         if unknown or missing:
@@ -194,13 +201,18 @@ def _fail(setting: str, msg: str) -> ScaleConfigError:
     return ScaleConfigError(f"ScaleConfig.{setting} ({flag}): {msg}")
 
 
-def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str) -> None:
-    """A router setting (tau, statistic) is usable, or one error naming the flag that is not."""
+def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str,
+                 direction: object = "above", direction_flag: str = "--scale-router-direction") -> None:
+    """A router setting (tau, statistic, direction) is usable, or one error naming the flag that is not."""
     if isinstance(tau, bool) or not isinstance(tau, int | float) or not math.isfinite(tau):
         raise ScaleConfigError(f"{tau_flag}: tau must be a finite number, got {tau!r}")
     if statistic not in ROUTER_STATISTICS:
         raise ScaleConfigError(
             f"{statistic_flag}: unknown router statistic {statistic!r}; choose one of {', '.join(ROUTER_STATISTICS)}"
+        )
+    if direction not in ROUTER_DIRECTIONS:
+        raise ScaleConfigError(
+            f"{direction_flag}: unknown router direction {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}"
         )
 
 
@@ -319,7 +331,8 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     d, h, g, f, layers = sizes["hidden"], sizes["heads"], sizes["groups"], sizes["ffn"], sizes["num_layers"]
     if cfg.variant not in VARIANTS:
         raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
-    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic")
+    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic",
+                 cfg.router_direction, "--scale-router-direction")
     if cfg.init not in INITS:
         raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     _check_architecture(base)
@@ -375,6 +388,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
         router_tau=float(cfg.router_tau),
         router_statistic=cfg.router_statistic,
+        router_direction=cfg.router_direction,
         seed=cfg.seed,
     )
     for note in size_notes(cfg, dims, tp):

@@ -163,17 +163,20 @@ def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp
 @pytest.mark.parametrize("settings", [
     {}, {"variant": "adapt", "adapt_layers": (1, 3), "adapt_modules": ("fc1", "qkv")},
     {"variant": "route", "route_adapt": True, "router_tau": 0.7, "router_statistic": "max-prob", "seed": 7},
+    {"variant": "route", "router_statistic": "cosine", "router_direction": "below"},
 ])
 def test_record_round_trip(settings: dict) -> None:
     """ScaleDims.to_record / from_record give back the same geometry; a record written before
-    router_statistic existed reads as cosine; a missing or unknown key is one error naming where."""
+    router_statistic / router_direction existed reads as cosine / above; a missing or unknown key is
+    one error naming where."""
     from megatron_scale.config import ScaleDims
 
     dims = ScaleConfig(**settings).resolve(_base(), 2)
     record = dims.to_record()
     assert ScaleDims.from_record(record, where="ckpt") == dims
-    old = {k: v for k, v in record.items() if k != "router_statistic"}
+    old = {k: v for k, v in record.items() if k not in ("router_statistic", "router_direction")}
     assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
+    assert ScaleDims.from_record(old, where="ckpt").router_direction == "above"
     with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
         ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
     with pytest.raises(ScaleConfigError, match=r"^ckpt: .*unknown key\(s\) \['extra'\]"):
@@ -192,3 +195,11 @@ def test_recorded_geometry_is_checked_against_its_base() -> None:
     with pytest.raises(ScaleConfigError, match=r"ScaleDims.hidden="):
         build_scale_gpt(_base(hidden_size=2 * _tiny.HIDDEN), dims, vocab_size=_tiny.VOCAB,
                         max_sequence_length=_tiny.SEQ)
+
+
+def test_router_direction_defaults_to_above_and_a_bad_one_names_its_flag() -> None:
+    """The paper's router keeps z_p where the statistic >= tau ("above"); "below" reverses it."""
+    assert ScaleConfig(variant="route").resolve(_base(), 1).router_direction == "above"
+    assert ScaleConfig(variant="route", router_direction="below").resolve(_base(), 1).router_direction == "below"
+    with pytest.raises(ScaleConfigError, match=r"^--scale-router-direction: unknown router direction 'under'"):
+        ScaleConfig(variant="route", router_direction="under").resolve(_base(), 1)

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from megatron_scale.config import ROUTER_STATISTICS
+from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
 from megatron_scale.bio.report import router_table, table, write_all
 
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
     p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
                    help="scale-route: the statistic it routes with (every statistic is analysed either way)")
+    p.add_argument("--router-direction", choices=ROUTER_DIRECTIONS, default=None,
+                   help="scale-route: keep z_p where the statistic is above (>=, the paper's) or below (<=) tau")
     return p
 
 

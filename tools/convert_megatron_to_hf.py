@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
                    help="SCALE-Route: config.json's scale_router_tau (default: the checkpoint's); --verify uses it")
     p.add_argument("--route-statistic", choices=("cosine", "centered-cosine", "max-prob", "certainty"), default=None,
                    help="SCALE-Route: config.json's scale_router_statistic (default: the checkpoint's)")
+    p.add_argument("--route-direction", choices=("above", "below"), default=None,
+                   help="SCALE-Route: config.json's scale_router_direction: keep z_p where the statistic is above "
+                        "(>=) or below (<=) tau (default: the checkpoint's)")
     p.add_argument("--max-shard-size-gb", type=float, default=5.0)
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             args.load, args.save, force=args.force, tokenizer=args.tokenizer, verify=args.verify,
             tolerance=args.verify_tolerance, dtype=args.dtype, model_args=args.model_args,
             preserve_head_only=args.preserve_head_only, route_tau=args.route_tau,
-            route_statistic=args.route_statistic,
+            route_statistic=args.route_statistic, route_direction=args.route_direction,
             max_shard_bytes=int(args.max_shard_size_gb * 2**30), progress=not args.no_progress,
         ),
         ConversionError,

@@ -66,6 +66,7 @@ class Settings:
     lora_rank: int = 8
     router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
     router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
+    router_direction: str | None = None  # SCALE-Route's direction (default: the training entry's, above)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -104,7 +105,8 @@ def method_config(s: Settings, method: str) -> MethodConfig:
     if method == "freeze":
         m.freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
     if method.startswith("scale-"):
-        m.scale = {"router_tau": s.router_tau, "router_statistic": s.router_statistic}
+        m.scale = {"router_tau": s.router_tau, "router_statistic": s.router_statistic,
+                   "router_direction": s.router_direction}
     if method == "lora":
         m.lora_rank, m.lora_alpha = s.lora_rank, 2.0 * s.lora_rank
     return m

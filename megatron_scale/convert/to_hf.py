@@ -80,22 +80,25 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
 
 
 def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | None,
-                    preserve_head_only: bool, where: Any) -> ScaleDims | None:
+                    preserve_head_only: bool, where: Any, direction: str | None = None) -> ScaleDims | None:
     """The recorded geometry with the router settings replaced where given (only a Route model
     exported with both heads routes)."""
-    if tau is None and statistic is None:
+    given = [f for f, v in (("--route-tau", tau), ("--route-statistic", statistic), ("--route-direction", direction))
+             if v is not None]
+    if not given:
         return dims
-    flag = "--route-tau" if tau is not None else "--route-statistic"
+    flag = given[0]
     if dims is None or dims.variant != "route" or preserve_head_only:
         raise ConversionError(f"{flag}: only a SCALE-Route checkpoint exported with both heads routes; {where} "
                               f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + ('its preservation head' if preserve_head_only else 'scale-' + dims.variant)}")
     tau = dims.router_tau if tau is None else tau
     statistic = dims.router_statistic if statistic is None else statistic
+    direction = dims.router_direction if direction is None else direction
     try:
-        check_router(tau, statistic, "--route-tau", "--route-statistic")
+        check_router(tau, statistic, "--route-tau", "--route-statistic", direction, "--route-direction")
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
-    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic)
+    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic, router_direction=direction)
 
 
 def convert_megatron_to_hf(
@@ -103,14 +106,14 @@ def convert_megatron_to_hf(
     tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
-    route_tau: float | None = None, route_statistic: str | None = None,
+    route_tau: float | None = None, route_statistic: str | None = None, route_direction: str | None = None,
 ) -> dict[str, Any]:
     """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
     `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound. A
-    Route checkpoint's router default (tau, statistic) goes into config.json unless overridden."""
+    Route checkpoint's router default (tau, statistic, direction) goes into config.json unless overridden."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
-    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir)
+    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir, route_direction)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
     out_dtype = _out_dtype(reader, dtype)

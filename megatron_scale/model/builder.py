@@ -65,7 +65,7 @@ class ScaleGPTModel(mc.GPTModel):
                 # as it has no gradient.
                 tied=tied_embeddings and self.pre_process,
                 gather_output=not self.parallel_output, tau=dims.router_tau,
-                routed=dims.routed, statistic=dims.router_statistic,
+                routed=dims.routed, statistic=dims.router_statistic, direction=dims.router_direction,
             )
 
 
@@ -119,28 +119,30 @@ def output_head(model: nn.Module, head: str) -> Iterator[None]:
 
 
 @contextmanager
-def router_settings(model: nn.Module, tau: float | None = None, statistic: str | None = None) -> Iterator[None]:
-    """Temporarily route with another tau and/or statistic (None: keep the model's). The router
-    has no parameters, so this is all an evaluation-time override needs."""
-    if statistic is not None:
-        check_router(0.0, statistic, "tau", "router statistic")
+def router_settings(
+    model: nn.Module, tau: float | None = None, statistic: str | None = None, direction: str | None = None
+) -> Iterator[None]:
+    """Temporarily route with another tau, statistic and/or direction (None: keep the model's).
+    The router has no parameters, so this is all an evaluation-time override needs."""
+    check_router(0.0, statistic or "cosine", "tau", "router statistic", direction or "above", "router direction")
     layers = output_layers(model)
-    before = [(layer.tau, layer.statistic) for layer in layers]
+    before = [(layer.tau, layer.statistic, layer.direction) for layer in layers]
     for layer in layers:
         layer.tau = layer.tau if tau is None else float(tau)
         layer.statistic = layer.statistic if statistic is None else statistic
+        layer.direction = layer.direction if direction is None else direction
     try:
         yield
     finally:
-        for layer, (t, s) in zip(layers, before, strict=True):
-            layer.tau, layer.statistic = t, s
+        for layer, (t, s, d) in zip(layers, before, strict=True):
+            layer.tau, layer.statistic, layer.direction = t, s, d
 
 
-def set_router_default(model: nn.Module, tau: float, statistic: str) -> None:
-    """Make (tau, statistic) the model's router default: what it routes with and what the
-    checkpoints it saves record (scale.dims)."""
-    check_router(tau, statistic, "tau", "router statistic")
-    model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic)
+def set_router_default(model: nn.Module, tau: float, statistic: str, direction: str = "above") -> None:
+    """Make (tau, statistic, direction) the model's router default: what it routes with and what
+    the checkpoints it saves record (scale.dims)."""
+    check_router(tau, statistic, "tau", "router statistic", direction, "router direction")
+    model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic,
+                                           router_direction=direction)
     for layer in output_layers(model):
-        layer.tau, layer.statistic = float(tau), statistic
-
+        layer.tau, layer.statistic, layer.direction = float(tau), statistic, direction

@@ -6,7 +6,7 @@
 
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
-router's tau and statistic are plain attributes (evaluation settings, builder.router_settings).
+router's tau, statistic and direction are plain attributes (evaluation settings, builder.router_settings).
 Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
 """
 
@@ -97,6 +97,7 @@ class ScaleOutputLayer(_VocabParallel):
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
         tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
+        direction: str = "above",
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
@@ -104,6 +105,7 @@ class ScaleOutputLayer(_VocabParallel):
         self.sequence_parallel = config.sequence_parallel
         self.tau = tau
         self.statistic = statistic
+        self.direction = direction
         self.routed = routed
         self.head = "auto"
         # capture (route sweeps): keep this forward's (z_p, z_a) vocab-parallel slices, detached
@@ -153,7 +155,8 @@ class ScaleOutputLayer(_VocabParallel):
             if self.capture:
                 self.captured = (z_p.detach(), z_a.detach())
             if head == "route":
-                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None, self.statistic)
+                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None,
+                                     self.statistic, self.direction)
                 self.route_counts[0] += keep.sum()  # on the device: no host sync per forward
                 self.route_counts[1] += keep.numel()
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output

@@ -4,6 +4,8 @@
     z_a = z_p + W_out_up h_up      adaptation head
     per token: emit z_p if cos(z_p, z_a) >= tau, else z_a
     (or another parameter-free statistic of the two heads >= tau: router_stats.py)
+    direction "below" reverses the side: emit z_p if the statistic <= tau (issue 35: on a byte-level
+    tokenizer the cosine came out lower on the old domain), else z_a
 
 Under vocab parallelism each rank holds a vocab slice of both heads, so the three dot products
 z_p.z_a, z_p.z_p, z_a.z_a are partial sums, all-reduced over the TP group: [3, tokens] floats
@@ -21,17 +23,29 @@ import torch.distributed as dist
 from megatron_scale.model.router_stats import router_statistic
 
 
+def keeps(stat: torch.Tensor, tau: float, direction: str = "above") -> torch.Tensor:
+    """Boolean mask of tokens kept on the preservation head: stat >= tau ("above", the paper's)
+    or stat <= tau ("below")."""
+    if direction == "above":
+        return stat >= tau
+    if direction == "below":
+        return stat <= tau
+    raise ValueError(f"unknown router direction {direction!r}; choose one of above, below")
+
+
 def route(
     z_p: torch.Tensor,
     z_a: torch.Tensor,
     tau: float,
     group: dist.ProcessGroup | None = None,
     statistic: str = "cosine",
+    direction: str = "above",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Routed logits and the boolean per-token mask of tokens sent to the preservation head
-    (where the router statistic, router_stats.py, is >= tau; the paper's is the cosine).
+    (where the router statistic, router_stats.py, is >= tau, or <= tau with direction "below";
+    the paper's is the cosine, above).
 
     z_p, z_a: [..., V_local] vocab-parallel slices of the two heads on this rank."""
     with torch.no_grad():
-        keep = router_statistic(statistic, z_p, z_a, group) >= tau
+        keep = keeps(router_statistic(statistic, z_p, z_a, group), tau, direction)
     return torch.where(keep.unsqueeze(-1), z_p, z_a), keep

@@ -1,6 +1,7 @@
 """The report's SCALE-Route section: the router sweep (tools/route_sweep.py's sweep.json) as a
-table per router statistic (its AUC as an old-vs-new token classifier, the calibrated tau and what
-that tau gives on the evaluated held-out windows), z_p alone and z_a alone as the two ends, and the
+table per router statistic (its direction, i.e. which side of tau keeps z_p, its AUC as an
+old-vs-new token classifier in that direction, the calibrated tau and what that tau gives on the
+evaluated held-out windows; a sweep.json written before directions existed reads as "above"), z_p alone and z_a alone as the two ends, and the
 sweep's plot copied next to report.md.
 
 Standard library only; kept apart from report.py's method table so either can change alone.
@@ -44,8 +45,10 @@ def summary(sweep: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
     stats = {}
     for stat, r in sweep["statistics"].items():
         cal = r["calibration"]
+        direction = cal.get("direction", "above")
         stats[stat] = {
-            "auc": r["auc"], "tau": cal["tau"], "reachable": cal["reachable"], "held_out": cal["held_out"],
+            "direction": direction, "auc": r.get("auc_by_direction", {}).get(direction, r["auc"]),
+            "auc_above": r["auc"], "tau": cal["tau"], "reachable": cal["reachable"], "held_out": cal["held_out"],
             f"{old}_ppl": cal[old], f"{new}_ppl": cal[new],
             f"{old}_kept": cal[f"{old}_kept"], f"{new}_to_z_a": 1.0 - cal[f"{new}_kept"],
             f"calibration_{old}_kept": cal["old_kept"], f"calibration_{new}_to_z_a": cal["new_adapted"],
@@ -58,6 +61,7 @@ def summary(sweep: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
     else:
         chosen = f"on the held-out sets {settings['calibration_old']} and {settings['calibration_new']}"
     return {"json": str(path), "load": settings.get("load"), "tokens": sweep["tokens"], "calibrated": chosen,
+            "unit": sweep.get("unit", "token"),
             "keep_old": settings.get("keep_old"), "min_new_adapt": settings.get("min_new_adapt"),
             "heads": sweep["heads"], "statistics": stats}
 
@@ -66,20 +70,23 @@ def markdown(s: dict[str, Any], old: str, new: str, plot: str | None) -> str:
     tok = s["tokens"]
     lines = [
         "", "## SCALE-Route: every tau from one pass", "",
-        f"`{s['load']}` on {tok[old]} held-out {old} and {tok[new]} {new} tokens. Calibrated tau: the largest "
-        f"keeping at least {_share(s['keep_old'])} of {old} tokens on z_p, chosen {s['calibrated']}; the target "
-        f"for {new} is at least {_share(s['min_new_adapt'])} sent to z_a. The shares and perplexities are "
-        "measured on the evaluated windows.", "",
-        f"| router | AUC ({old} vs {new}) | calibrated tau | {old} kept on z_p | {new} sent to z_a "
+        f"`{s['load']}` on {tok[old]} held-out {old} and {tok[new]} {new} tokens. Calibrated per router: the "
+        f"direction (z_p kept where the statistic is >= tau, the paper's, or <= tau) and tau keeping at least "
+        f"{_share(s['keep_old'])} of {old} tokens on z_p with the most {new} tokens sent to z_a, chosen "
+        f"{s['calibrated']}; the target for {new} is at least {_share(s['min_new_adapt'])} sent to z_a. The AUC is "
+        "in the chosen direction (0.5: no separation); the shares and perplexities are measured on the evaluated "
+        f"windows. One routing decision per {s['unit']}.", "",
+        f"| router | z_p kept where | AUC ({old} vs {new}) | calibrated tau | {old} kept on z_p | {new} sent to z_a "
         f"| {old} PPL | {new} PPL |",
-        "|" + "---|" * 7,
+        "|" + "---|" * 8,
     ]
     heads = s["heads"]
     for head, kept, to_a in (("z_p", 1.0, 0.0), ("z_a", 0.0, 1.0)):
-        lines.append(f"| {head} alone | | | {kept:.3f} | {to_a:.3f} | {_ppl(heads[old][head])} | {_ppl(heads[new][head])} |")
+        lines.append(f"| {head} alone | | | | {kept:.3f} | {to_a:.3f} | {_ppl(heads[old][head])} | {_ppl(heads[new][head])} |")
     for stat, r in s["statistics"].items():
         target = "" if r["reachable"] else f" ({new} target not reached)"
-        lines.append(f"| {stat} | {r['auc']:.3f} | {r['tau']:.4g}{target} | {r[f'{old}_kept']:.3f} "
+        where = f"{stat} {'>=' if r['direction'] == 'above' else '<='} tau"
+        lines.append(f"| {stat} | {where} | {r['auc']:.3f} | {r['tau']:.4g}{target} | {r[f'{old}_kept']:.3f} "
                      f"| {r[f'{new}_to_z_a']:.3f} | {_ppl(r[f'{old}_ppl'])} | {_ppl(r[f'{new}_ppl'])} |")
     if plot:
         lines += ["", f"![every tau of each router statistic, and its ROC]({plot})"]

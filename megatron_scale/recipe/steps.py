@@ -203,7 +203,7 @@ class Recipe:
         s, out, load = self.s, self.sweep_dir(), last_ckpt(self.run_dir("scale-route"))
         n = s.route_sweep_samples
         want = {"load": str(load), "samples": n, "seq_length": s.seq_length, "keep_old": s.route_keep_old,
-                "min_new_adapt": s.route_min_new_adapt, "calibration_skip": n}
+                "min_new_adapt": s.route_min_new_adapt, "calibration_skip": n, "direction": "auto"}
         if _recorded_settings(out / "sweep.json", want):
             return f"swept: {out / 'sweep.json'}"
         return _single("tools/route_sweep.py", "--load", load, "--old-data", f"en={self.en_eval}",

@@ -1,10 +1,16 @@
 """Per router statistic, from an old-domain and a new-domain record set: the metric at every tau
 of a grid (z_p alone and z_a alone as the ends), the ROC/AUC of the router as an old-vs-new token
-classifier, and optionally a calibrated tau (calibrate.py) with the metric it gives."""
+classifier, and optionally a calibrated direction and tau (calibrate.py) with the metric they give.
+
+Each statistic's entry says its direction ("above": z_p where s >= tau, the paper's; "below":
+z_p where s <= tau): the calibration's where one is made, else the imposed one, else the side
+where the AUC is at least 0.5. Its points and ROC are in that direction; "auc" stays the paper's
+direction (above) and "auc_by_direction" holds both (below = 1 - above).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from megatron_scale.route_eval.calibrate import calibrate
@@ -15,9 +21,10 @@ from megatron_scale.route_eval.report import thin
 def analyse(
     old: tuple[str, Records], new: tuple[str, Records], statistics: Sequence[str], metric: str, *,
     taus: Sequence[float] | None = None, keep_old: float | None = None, min_new_adapt: float | None = None,
-    calibration_sets: tuple[Records, Records] | None = None,
+    calibration_sets: tuple[Records, Records] | None = None, direction: str | None = None,
 ) -> dict[str, Any]:
-    """`calibration_sets` (held-out old, new records) pick tau; without them the evaluated sets do."""
+    """`calibration_sets` (held-out old, new records) pick tau and direction; without them the
+    evaluated sets do. `direction` None: chosen per statistic; else imposed on every one."""
     (old_name, old_rec), (new_name, new_rec) = old, new
     sets = {old_name: old_rec, new_name: new_rec}
     out: dict[str, Any] = {
@@ -29,14 +36,20 @@ def analyse(
     for stat in statistics:
         s_old, s_new = old_rec[stat_key(stat)], new_rec[stat_key(stat)]
         grid = list(taus) if taus else default_grid([s_old, s_new])
-        curve = roc(s_old, s_new)
-        fpr, tpr = thin(curve["fpr"], curve["tpr"])
-        entry: dict[str, Any] = {"points": sweep(sets, stat, grid, metric), "auc": curve["auc"],
-                                 "roc": {"fpr": fpr, "tpr": tpr}}
+        auc = roc(s_old, s_new)["auc"]
+        cal = None
         if keep_old is not None:
             c_old, c_new = calibration_sets if calibration_sets else (old_rec, new_rec)
-            cal = calibrate(c_old[stat_key(stat)], c_new[stat_key(stat)], stat, keep_old, min_new_adapt)
+            cal = calibrate(c_old[stat_key(stat)], c_new[stat_key(stat)], stat, keep_old, min_new_adapt, direction)
+        chosen = cal.direction if cal else direction or ("above" if auc >= 0.5 else "below")
+        curve = roc(s_old, s_new, chosen)
+        fpr, tpr = thin(curve["fpr"], curve["tpr"])
+        entry: dict[str, Any] = {"direction": chosen, "points": sweep(sets, stat, grid, metric, chosen), "auc": auc,
+                                 "auc_by_direction": {"above": auc, "below": 1.0 - auc},
+                                 "roc": {"fpr": fpr, "tpr": tpr}}
+        if cal is not None:
+            at = sweep(sets, stat, [cal.tau], metric, cal.direction)[0]
             entry["calibration"] = {**cal.record(), "held_out": calibration_sets is not None,
-                                    **{k: v for k, v in sweep(sets, stat, [cal.tau], metric)[0].items() if k != "tau"}}
+                                    **{k: v for k, v in at.items() if k != "tau"}}
         out["statistics"][stat] = entry
     return out

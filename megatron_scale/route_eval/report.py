@@ -22,8 +22,9 @@ def write_json(path: str, results: dict[str, Any]) -> None:
 
 
 def plot(results: dict[str, Any], path: str) -> None:
-    """Left: old-domain against new-domain metric, one point per tau, per statistic, with z_p alone
-    and z_a alone marked. Right: the ROC of each statistic as an old-vs-new token classifier."""
+    """Left: old-domain against new-domain metric, one point per tau, per statistic (routed in its
+    direction, named in the legend), with z_p alone and z_a alone marked. Right: the ROC of each
+    statistic as an old-vs-new token classifier, in that direction, with its AUC."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,8 +34,11 @@ def plot(results: dict[str, Any], path: str) -> None:
     old, new, metric = results["old"], results["new"], results["metric"]
     fig, (ax, roc_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
     for stat, r in results["statistics"].items():
-        ax.plot([p[old] for p in r["points"]], [p[new] for p in r["points"]], ".-", label=f"{stat} (AUC {r['auc']:.3f})")
-        roc_ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=f"{stat} ({r['auc']:.3f})")
+        direction = r.get("direction", "above")
+        auc = r.get("auc_by_direction", {}).get(direction, r["auc"])
+        label = f"{stat} {'>=' if direction == 'above' else '<='} tau keeps z_p (AUC {auc:.3f})"
+        ax.plot([p[old] for p in r["points"]], [p[new] for p in r["points"]], ".-", label=label)
+        roc_ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=label)
         cal = r.get("calibration")
         if cal:
             ax.plot([cal[old]], [cal[new]], "k*", ms=10)
@@ -43,7 +47,8 @@ def plot(results: dict[str, Any], path: str) -> None:
         ax.plot([heads[old][head]], [heads[new][head]], marker, color="black", ms=8, label=f"{head} alone")
     ax.set_xlabel(f"old domain ({old}) {metric}")
     ax.set_ylabel(f"new domain ({new}) {metric}")
-    ax.set_title(f"routed {metric}, one point per tau (* calibrated)")
+    ax.set_title(f"routed {metric}, one decision per {results.get('unit', 'token')}, one point per tau (* calibrated)",
+                 fontsize=9)
     if metric == "ppl":  # log where perplexities span orders of magnitude; else linear, plain ticks
         for axis, name in ((ax.xaxis, old), (ax.yaxis, new)):
             values = [p[name] for r in results["statistics"].values() for p in r["points"]]

@@ -1,8 +1,10 @@
 """`tools/route_sweep.py`'s work: a SCALE checkpoint and an old-domain and a new-domain eval set
 in, every router statistic's trade-off out (sweep.json, sweep.png), from one forward pass per
 window at the checkpoint's model, TP ranks spawned as the conversion tools spawn them (PP = 1).
-Optionally a calibrated tau, written as the router default of a new checkpoint (--save), which
-training, evaluation and the HF export then use.
+Optionally a calibrated direction and tau (route_eval/calibrate.py), written as the router default
+of a new checkpoint (--save), which training, evaluation and the HF export then use. With
+--route-units the statistics are also pooled per character or word (route_eval/units.py) from
+the same records: the first unit is the sweep's, the others are summarised under "by_unit".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from megatron_scale.model.router_stats import STATISTICS
 from megatron_scale.route_eval.calibrate import check_share
+from megatron_scale.route_eval.units import POOLS, UNITS
 
 
 @dataclass(kw_only=True)
@@ -33,6 +36,10 @@ class SweepSettings:
     keep_old: float | None = None
     min_new_adapt: float | None = None
     calibrate_with: str = "cosine"
+    direction: str = "auto"  # auto: each statistic's calibration (or AUC) picks; above | below: imposed
+    units: tuple[str, ...] = ("token",)  # routing units (units.py); the first is the sweep's
+    pool: str = "mean"  # how a unit's statistic is pooled: mean | first
+    tokenizer: str | None = None  # byte-level BPE tokenizer.json (units other than token need it)
     calibration_old: str | None = None  # held-out prefixes for calibration (default: the eval sets)
     calibration_new: str | None = None
     calibration_skip: int = 0  # calibration windows start after this many (disjoint from the evaluated ones)
@@ -51,6 +58,18 @@ class SweepSettings:
         bad = [s for s in self.statistics if s not in STATISTICS]
         if bad:
             raise ValueError(f"--statistics: unknown {bad}; choose from {', '.join(STATISTICS)}")
+        if self.direction not in ("auto", "above", "below"):
+            raise ValueError(f"--direction: unknown {self.direction!r}; choose auto, above or below")
+        bad_units = [u for u in self.units if u not in UNITS]
+        if bad_units or not self.units:
+            raise ValueError(f"--route-units: unknown {bad_units}; choose from {', '.join(UNITS)}")
+        if self.pool not in POOLS:
+            raise ValueError(f"--route-pool: unknown {self.pool!r}; choose one of {', '.join(POOLS)}")
+        if any(u != "token" for u in self.units) and self.tokenizer is None:
+            raise ValueError("--route-units char/word need --tokenizer (the byte-level BPE the data was tokenized with)")
+        if self.save is not None and self.units[0] != "token":
+            raise ValueError(f"--save: the model routes per token; a tau calibrated per {self.units[0]} "
+                             "(--route-units) is not its router's; put token first")
         if self.calibrate_with not in self.statistics:
             raise ValueError(f"--calibrate-with {self.calibrate_with!r} is not among --statistics {list(self.statistics)}")
         if self.save is not None and self.keep_old is None:
@@ -101,14 +120,15 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
 
 
-def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, *, device: torch.device) -> str:
+def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, *,
+               device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.model.builder import set_router_default
     from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
-    set_router_default(model, tau, statistic)
+    set_router_default(model, tau, statistic, direction)
     record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
     return str(save_checkpoint(model, save, extra=lambda _: record))
 
@@ -117,6 +137,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
     from megatron_scale.convert.launch import on_ranks
     from megatron_scale.route_eval.analysis import analyse
     from megatron_scale.route_eval.report import plot, write_json
+    from megatron_scale.route_eval.units import pooled_records, token_bytes
     from megatron_scale.route_eval.windows import windows
 
     s.check()
@@ -127,19 +148,34 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
                                   flag="--calibration-old-data")
         sets["cal_new"] = windows(s.calibration_new, s.seq_length, s.samples, skip=s.calibration_skip,
                                   flag="--calibration-new-data")
-    rec = on_ranks(_records_rank, s.tp, 1, s, sets)[0]
-    cal_sets = (rec["cal_old"], rec["cal_new"]) if "cal_old" in rec else None
-    results = analyse((s.old[0], rec["old"]), (s.new[0], rec["new"]), s.statistics, "ppl", taus=s.taus,
-                      keep_old=s.keep_old, min_new_adapt=s.min_new_adapt, calibration_sets=cal_sets)
+    per_token = on_ranks(_records_rank, s.tp, 1, s, sets)[0]
+    pieces = token_bytes(s.tokenizer) if s.tokenizer is not None else []
+
+    def analysed(unit: str) -> dict[str, Any]:
+        rec = {k: pooled_records(v, sets[k][:, 1:], pieces, unit, s.pool) for k, v in per_token.items()}
+        cal_sets = (rec["cal_old"], rec["cal_new"]) if "cal_old" in rec else None
+        return analyse((s.old[0], rec["old"]), (s.new[0], rec["new"]), s.statistics, "ppl", taus=s.taus,
+                       keep_old=s.keep_old, min_new_adapt=s.min_new_adapt, calibration_sets=cal_sets,
+                       direction=None if s.direction == "auto" else s.direction)
+
+    results = analysed(s.units[0])
+    results["unit"] = s.units[0]
+    results["by_unit"] = {u: {stat: {k: v for k, v in r.items() if k not in ("points", "roc")}
+                              for stat, r in analysed(u)["statistics"].items()} for u in s.units[1:]}
     results["settings"] = s.record()
-    summary: dict[str, Any] = {"auc": {k: v["auc"] for k, v in results["statistics"].items()},
-                               "heads": results["heads"]}
+    summary: dict[str, Any] = {
+        "auc": {k: v["auc"] for k, v in results["statistics"].items()},  # the paper's direction (above)
+        "direction": {k: v["direction"] for k, v in results["statistics"].items()},
+        "auc_in_direction": {k: v["auc_by_direction"][v["direction"]] for k, v in results["statistics"].items()},
+        "heads": results["heads"], "unit": s.units[0],
+        "auc_in_direction_by_unit": {u: {k: v["auc_by_direction"][v["direction"]] for k, v in r.items()}
+                                     for u, r in results["by_unit"].items()}}
     if s.keep_old is not None:
         cal = results["statistics"][s.calibrate_with]["calibration"]
         summary["calibration"] = cal
         if s.save is not None:
             results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
-                                                           s.calibrate_with)[0]
+                                                           s.calibrate_with, cal["direction"])[0]
     Path(s.out).mkdir(parents=True, exist_ok=True)
     write_json(os.path.join(s.out, "sweep.json"), results)
     plot(results, os.path.join(s.out, "sweep.png"))

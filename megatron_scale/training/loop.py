@@ -196,12 +196,13 @@ def train_step(run: Run) -> dict[str, Any]:
 
 def evaluate(run: Run) -> dict[str, dict[str, float]]:
     """Mean loss and perplexity per named set; for Route models, the share routed to z_p (with
-    --route-tau / --route-statistic in place of the model's router settings where given)."""
+    --route-tau / --route-statistic / --route-direction in place of the model's router settings
+    where given)."""
     a, log = run.config.schedule, run.config.logging
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic):
+    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic, log.route_direction):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.config import ROUTER_STATISTICS, check_router
+from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, check_router
 from megatron_scale.flags import flag, positive
 
 
@@ -30,6 +30,9 @@ class LoggingConfig:
     """scale-route: evaluate with this tau instead of the model's (checkpoints keep theirs)."""
     route_statistic: str | None = field(default=None, metadata=flag("--route-statistic", choices=ROUTER_STATISTICS))
     """scale-route: evaluate with this router statistic instead of the model's."""
+    route_direction: str | None = field(default=None, metadata=flag("--route-direction", choices=ROUTER_DIRECTIONS))
+    """scale-route: evaluate with this router direction (above: keep z_p where statistic >= tau;
+    below: where <= tau) instead of the model's."""
     log_interval: int = field(default=1, metadata=flag("--log-interval"))
     """Log a training line every N iterations."""
     metrics_file: str | None = field(default=None, metadata=flag("--metrics-file"))
@@ -40,8 +43,10 @@ class LoggingConfig:
     def validate(self, method: str) -> None:
         positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
                   ("--eval-interval", self.eval_interval))
-        if (self.route_tau is not None or self.route_statistic is not None) and method != "scale-route":
-            name = "--route-tau" if self.route_tau is not None else "--route-statistic"
+        given = [n for n, v in (("--route-tau", self.route_tau), ("--route-statistic", self.route_statistic),
+                                ("--route-direction", self.route_direction)) if v is not None]
+        if given and method != "scale-route":
+            name = given[0]
             raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
         if self.route_tau is not None:
             check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")

@@ -183,3 +183,26 @@ def test_text_generation_pipeline_continues_as_the_argmax_loop(model: Any, folde
     ids = tok(text, return_tensors="pt").input_ids
     ref = _argmax_loop(model, ids, 6)[0, ids.shape[1]:]
     assert got.split() == tok.decode(ref).split() and len(got.split()) == 6
+
+
+def test_a_folder_without_a_router_direction_reads_above(model: Any, folder: Path, tmp_path: Path) -> None:
+    """config.json without scale_router_direction (as every export before it) loads with the paper's
+    direction, z_p where the statistic >= tau; route_direction="below" keeps the others (and ties)."""
+    from transformers import AutoModelForCausalLM
+
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    cfg = json.loads((old / "config.json").read_text())
+    cfg.pop("scale_router_direction", None)
+    (old / "config.json").write_text(json.dumps(cfg))
+    legacy = AutoModelForCausalLM.from_pretrained(old, trust_remote_code=True, dtype=torch.float32).eval()
+    assert legacy.config.scale_router_direction == "above"
+    ids = _prompt(length=24)
+    with torch.no_grad():
+        assert torch.equal(legacy(ids).logits, model(ids).logits)
+        above = legacy.last_route_keep.clone()
+        legacy(ids, route_direction="below")
+        below = legacy.last_route_keep.clone()
+        with pytest.raises(ValueError, match="scale_router_direction 'up'"):
+            legacy(ids, route_direction="up")
+    assert bool((above | below).all()) and 0 < int(below.sum()) < below.numel()

@@ -8,7 +8,8 @@ preservation-head logits, its routing share and a greedy continuation (full reco
 are taken from megatron-core. Here each checkpoint is exported with convert_megatron_to_hf and
 loaded by AutoModelForCausalLM(trust_remote_code=True): logits match to 1e-5 x max(1, max|z|),
 generate() (greedy, KV cache) gives the same tokens, with and without cache, and the exported
-preservation head reproduces the original HF model's logits.
+preservation head reproduces the original HF model's logits. A router override (max-prob, the
+median tau, direction "below") exported and given per call routes as megatron-core does with it.
 """
 
 from __future__ import annotations
@@ -84,15 +85,18 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         with output_head(model, "adapt"):
             res[f"{variant}/z_a"] = megatron_logits(model, ids)
         res[f"{variant}/greedy"] = greedy(model, ids[:, :PROMPT], NEW)
-        if variant == "route":  # an evaluation-time router override: another statistic and tau
+        if variant == "route":  # an evaluation-time router override: another statistic, tau and direction
             from megatron_scale.model.route_record import token_records
             from megatron_scale.model.builder import router_settings
 
             with output_head(model, "preserve"):
                 z_p = megatron_logits(model, ids)
             stat = token_records(z_p, res["route/z_a"], ids.to(z_p.device), None, ("max-prob",))["stat/max-prob"]
-            res["override_tau"] = float(stat.median())
-            with router_settings(model, tau=res["override_tau"], statistic="max-prob"):
+            # halfway between the two middle statistics: no token sits on tau, where the last bit of a TP=2
+            # all-reduce against the export's single-device sum could flip its side
+            mid = stat.flatten().sort().values[stat.numel() // 2 - 1 : stat.numel() // 2 + 1]
+            res["override_tau"] = float(mid.mean())
+            with router_settings(model, tau=res["override_tau"], statistic="max-prob", direction="below"):
                 res["route/override_logits"] = megatron_logits(model, ids)
                 res["route/override_greedy"] = greedy(model, ids[:, :PROMPT], NEW)
     return res
@@ -120,7 +124,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         exported[variant] = (summary, model)
     tau = mg["override_tau"]
     summary = convert_megatron_to_hf(root / "sc-route", root / "hf-route-override", progress=False, verify=True,
-                                     tolerance=1e-4, route_tau=tau, route_statistic="max-prob")
+                                     tolerance=1e-4, route_tau=tau, route_statistic="max-prob", route_direction="below")
     model = AutoModelForCausalLM.from_pretrained(root / "hf-route-override", trust_remote_code=True,
                                                  dtype=torch.float32).eval()
     exported["route-override"] = (summary, model)
@@ -242,6 +246,9 @@ def test_tokenizer_loads_without_remote_code_and_the_model_only_with_it(results:
 
 
 def test_router_override_at_export_forward_and_generate(results: dict) -> None:
+    """An export at another statistic, tau and direction ("below": z_p where max-prob <= tau)
+    routes exactly as the Megatron model does with that override, as does the default export
+    given them per call (forward and generate)."""
     import json
 
     from megatron_scale.convert import ConversionError, convert_megatron_to_hf
@@ -251,18 +258,29 @@ def test_router_override_at_export_forward_and_generate(results: dict) -> None:
     assert _close(ref, mg["route/logits"]) > 1e-3  # the override routes differently from the default
     summary, overridden = results["exported"]["route-override"]
     cfg = json.loads((root / "hf-route-override" / "config.json").read_text())
-    assert (cfg["scale_router_tau"], cfg["scale_router_statistic"]) == (tau, "max-prob")
+    assert (cfg["scale_router_tau"], cfg["scale_router_statistic"], cfg["scale_router_direction"]) == (
+        tau, "max-prob", "below")
     assert summary["verify_max_abs_error"] <= 1e-4  # --verify ran the megatron model at the override
     _, default = results["exported"]["route"]
-    assert json.loads((root / "hf-route" / "config.json").read_text())["scale_router_statistic"] == "cosine"
+    default_cfg = json.loads((root / "hf-route" / "config.json").read_text())
+    assert (default_cfg["scale_router_statistic"], default_cfg["scale_router_direction"]) == ("cosine", "above")
     ids = _hf.tokens(seq=24)
     prompt = mg["route/override_greedy"][:, :PROMPT]
     with torch.no_grad():
         assert _close(overridden(ids).logits, ref) <= 1e-5
-        assert _close(default(ids, route_tau=tau, route_statistic="max-prob").logits, ref) <= 1e-5
-        out = default.generate(prompt, max_new_tokens=NEW, do_sample=False, route_tau=tau, route_statistic="max-prob")
+        share = float(overridden.last_route_keep.float().mean())
+        assert share == 0.5, share  # below the median max-prob: half the tokens keep z_p
+        assert _close(default(ids, route_tau=tau, route_statistic="max-prob", route_direction="below").logits, ref) <= 1e-5
+        # the other direction at the same tau routes the complement: another function
+        assert _close(default(ids, route_tau=tau, route_statistic="max-prob").logits, ref) > 1e-3
+        out = default.generate(prompt, max_new_tokens=NEW, do_sample=False, route_tau=tau, route_statistic="max-prob",
+                               route_direction="below")
     assert torch.equal(out, mg["route/override_greedy"])
     with pytest.raises(ConversionError, match="--route-tau: only a SCALE-Route"):
         convert_megatron_to_hf(root / "sc-adapt", root / "adapt-tau", route_tau=0.7)
+    with pytest.raises(ConversionError, match="--route-direction: only a SCALE-Route"):
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-direction", route_direction="below")
+    with pytest.raises(ConversionError, match="--route-direction: unknown router direction 'up'"):
+        convert_megatron_to_hf(root / "sc-route", root / "route-up", route_direction="up")
     with pytest.raises(ConversionError, match="--route-tau: tau must be a finite number"):
         convert_megatron_to_hf(root / "sc-route", root / "route-nan", route_tau=float("nan"))

@@ -140,10 +140,12 @@ def test_route_sweep_section(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "report.md").read_text()
     assert md.startswith(res["table"]) and "## SCALE-Route: every tau from one pass" in md
     assert "chosen on windows 32 onwards of en_valid and ko_valid, held out from the evaluated ones" in md
-    assert (f"| max-prob | 1.000 | {mp['tau']:.4g} | {mp['en_kept']:.3f} | 1.000 | {mp['en_ppl']:.2f} "
+    assert mp["direction"] == "above"
+    assert (f"| max-prob | max-prob >= tau | 1.000 | {mp['tau']:.4g} | {mp['en_kept']:.3f} | 1.000 | {mp['en_ppl']:.2f} "
             f"| {math.exp(3.0):.2f} |") in md
-    assert f"| cosine | {cos['auc']:.3f} | {cos['tau']:.4g} (ko target not reached) |" in md
-    assert f"| z_a alone | | | 0.000 | 1.000 | {math.exp(4.0):.2f} | {math.exp(3.0):.2f} |" in md
+    where = f"cosine {'>=' if cos['direction'] == 'above' else '<='} tau"
+    assert f"| cosine | {where} | {cos['auc']:.3f} | {cos['tau']:.4g} (ko target not reached) |" in md
+    assert f"| z_a alone | | | | 0.000 | 1.000 | {math.exp(4.0):.2f} | {math.exp(3.0):.2f} |" in md
     assert "![every tau of each router statistic, and its ROC](route_sweep.png)" in md
     assert (tmp_path / "out" / "route_sweep.png").read_bytes() == (tmp_path / "sweep" / "sweep.png").read_bytes()
     assert json.loads((tmp_path / "out" / "results.json").read_text())["route_sweep"]["statistics"] == sw["statistics"]
@@ -161,3 +163,29 @@ def test_route_sweep_of_other_sets_or_uncalibrated_is_refused(tmp_path: Path) ->
         write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=bare)
     with pytest.raises(FileNotFoundError, match="--route-sweep .*missing.json: no such file"):
         write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=tmp_path / "missing.json")
+
+
+def test_route_sweep_section_reads_a_reversed_router_below(tmp_path: Path) -> None:
+    """A statistic lower on English than on Korean (issue 35's cosine): the calibration keeps z_p
+    where it is <= tau, the section says so and gives the AUC in that direction (1.0, not 0.0);
+    a sweep.json written before directions existed reads as above."""
+    from megatron_scale.route_eval.analysis import analyse
+    from megatron_scale.route_eval.report import write_json
+
+    base = _metrics(tmp_path / "base.jsonl", {300: {"en": 100.0, "ko": 1000.0}})
+    route = _metrics(tmp_path / "r.jsonl", {20: {"en": 101.0, "ko": 300.0}}, route=0.75)
+    en, ko = _records(1, 400, (0.0, 0.4), 2.0, 4.0), _records(2, 400, (0.5, 1.0), 8.0, 3.0)
+    res = analyse(("en", en), ("ko", ko), ("max-prob",), "ppl", keep_old=0.95, min_new_adapt=0.5)
+    res["settings"] = {"load": "ckpt", "keep_old": 0.95, "min_new_adapt": 0.5}
+    (tmp_path / "sweep").mkdir()
+    write_json(str(tmp_path / "sweep" / "sweep.json"), res)
+    sw = write_report(base, {"scale-route": route}, tmp_path / "out", route_sweep=tmp_path / "sweep" / "sweep.json")
+    mp = sw["route_sweep"]["statistics"]["max-prob"]
+    assert (mp["direction"], mp["auc"], mp["auc_above"], mp["ko_to_z_a"], mp["reachable"]) == ("below", 1.0, 0.0, 1.0, True)
+    assert f"| max-prob | max-prob <= tau | 1.000 | {mp['tau']:.4g} |" in (tmp_path / "out" / "report.md").read_text()
+    for r in (res["statistics"]["max-prob"], res["statistics"]["max-prob"]["calibration"]):
+        r.pop("direction")
+    res["statistics"]["max-prob"].pop("auc_by_direction")
+    write_json(str(tmp_path / "sweep" / "sweep.json"), res)
+    sw = write_report(base, {"scale-route": route}, tmp_path / "out2", route_sweep=tmp_path / "sweep" / "sweep.json")
+    assert sw["route_sweep"]["statistics"]["max-prob"]["direction"] == "above"

@@ -55,6 +55,23 @@ def test_tau_edges() -> None:
     assert keep.tolist() == [True, True, False, False, False, True]
 
 
+@pytest.mark.parametrize("tau", [-1.0, 0.0, 0.5, 1.0])
+def test_direction_below_keeps_the_other_side(tau: float) -> None:
+    """direction "below": z_p exactly where the statistic <= tau (ties kept on z_p both ways)."""
+    from megatron_scale.model.router_stats import cosine
+
+    z_p, z_a, _ = _tokens()
+    stat = cosine(z_p, z_a)
+    out, keep = route(z_p, z_a, tau, direction="below")
+    assert keep.tolist() == (stat <= tau).tolist()
+    _, above = route(z_p, z_a, tau)
+    assert ((keep | above) == True).all() and ((keep & above) == (stat == tau)).all()  # noqa: E712
+    for t in range(len(keep)):
+        assert torch.equal(out[t], z_p[t] if keep[t] else z_a[t])
+    with pytest.raises(ValueError, match="unknown router direction 'up'"):
+        route(z_p, z_a, tau, direction="up")
+
+
 def test_no_gradient_through_the_choice() -> None:
     z_p, z_a, _ = _tokens()
     z_p, z_a = z_p.clone().requires_grad_(True), z_a.clone().requires_grad_(True)

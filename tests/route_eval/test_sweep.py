@@ -3,13 +3,15 @@ model/router_stats.py).
 
 Spawned (gloo, 2 ranks), the same Route model (trained-looking output heads) at TP=1 and TP=2:
 - every router statistic equals its single-device definition on the full logits (TP=1 and TP=2);
-- a tau/statistic override at evaluation gives exactly the routed logits of a model built with
-  that tau and statistic;
+- a tau/statistic/direction override at evaluation gives exactly the routed logits of a model
+  built with that tau, statistic and direction (below for two of the statistics);
 - the sweep's perplexity and accuracy at grid taus (one pass) equal a direct routed evaluation at
   that tau (GPTModel's own loss on the routed logits, same tokens) to fp32 rounding, with tokens
   routed both ways, and TP=2's records equal TP=1's.
-Unit: ROC/AUC on known scores; calibration reaches its target where reachable and says so where
-not; bad targets are refused by flag name.
+Unit: ROC/AUC on known scores, in both directions; calibration reaches its target where reachable
+and says so where not; on statistics that separate the other way round (old-domain tokens lower)
+it picks direction "below" and meets its target, and the sweep's points route that way; bad
+targets are refused by flag name.
 """
 
 from __future__ import annotations
@@ -96,15 +98,19 @@ def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
                            "direct_acc": direct_acc, "sweep_acc": curves.metric_at(rec, s, tau, "accuracy")})
         res["sweep"][s] = checks
     # a tau/statistic override at evaluation == a model built with them
-    res["override_equal"] = {}
+    res["override_equal"], res["direction_ppl"] = {}, {}
     for s in STATS:
         tau = float(rec[f"stat/{s}"].median())
-        other, _ = _model(tp, state, router_tau=tau, router_statistic=s)
+        direction = "below" if s in ("cosine", "max-prob") else "above"
+        other, _ = _model(tp, state, router_tau=tau, router_statistic=s, router_direction=direction)
         with torch.no_grad():
             built = other(*args, runtime_gather_output=True)
-            with router_settings(model, tau=tau, statistic=s):
+            with router_settings(model, tau=tau, statistic=s, direction=direction):
                 overridden = model(*args, runtime_gather_output=True)
+                loss = model(*args, labels=b["labels"])
             default = model(*args, runtime_gather_output=True)
+        # the one-pass sweep in that direction == the direct routed evaluation
+        res["direction_ppl"][s] = (math.exp(float(loss.double().mean())), curves.metric_at(rec, s, tau, "ppl", direction))
         res["override_equal"][s] = bool(torch.equal(built, overridden))
         res["override_changes_something"] = not torch.equal(default, overridden) or s == "cosine"
     return res
@@ -142,6 +148,8 @@ def test_override_equals_a_model_built_with_that_tau(results: list) -> None:
     for r in results:
         for tp in ("tp1", "tp2"):
             assert all(r[tp]["override_equal"].values()), (tp, r[tp]["override_equal"])
+            for s, (direct, swept) in r[tp]["direction_ppl"].items():
+                assert swept == pytest.approx(direct, rel=1e-6), (tp, s)
             assert r[tp]["override_changes_something"]
 
 
@@ -169,6 +177,9 @@ def test_roc_and_auc() -> None:
     assert inverted["auc"] == 0.0
     ties = roc(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.4]))
     assert ties["auc"] == pytest.approx(0.75)  # (0.5 + 1) / 2 per old token
+    below = roc(torch.tensor([0.1]), torch.tensor([0.5, 0.6]), "below")  # keep z_p where s <= tau
+    assert below["auc"] == 1.0 and below["thresholds"][0] == pytest.approx(0.1)
+    assert roc(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.4]), "below")["auc"] == pytest.approx(0.25)
 
 
 def test_calibration_reaches_a_reachable_target_and_says_when_not() -> None:
@@ -187,3 +198,46 @@ def test_calibration_reaches_a_reachable_target_and_says_when_not() -> None:
         calibrate(old, new, "cosine", keep_old=1.5)
     with pytest.raises(CalibrationError, match="--min-new-adapt"):
         calibrate(old, new, "cosine", keep_old=0.9, min_new_adapt=0.0)
+
+
+def test_calibration_picks_the_reverse_direction_and_meets_its_target() -> None:
+    """Issue 35: the cosine came out lower on English (old) than on Korean (new). Read the paper's
+    way (z_p where s >= tau) no tau keeps 95% of the old tokens without keeping the new ones too;
+    the calibration takes "below" (z_p where s <= tau), meets both targets and says so; the
+    analysis' points, ROC and AUC follow that direction, and an imposed direction is obeyed."""
+    from megatron_scale.route_eval.analysis import analyse
+    from megatron_scale.route_eval.calibrate import CalibrationError, calibrate
+
+    old = torch.linspace(0.0, 0.5, 200)  # old tokens score low
+    new = torch.linspace(0.4, 1.0, 100)
+    c = calibrate(old, new, "cosine", keep_old=0.95, min_new_adapt=0.5)
+    assert c.direction == "below" and c.reachable
+    assert c.old_kept >= 0.95 and c.new_adapted >= 0.5
+    assert c.old_kept == float((old <= c.tau).double().mean()) and c.new_adapted == float((new > c.tau).double().mean())
+    assert float((old <= c.tau - 1e-6).double().mean()) < 0.95  # the smallest such tau: most new tokens to z_a
+    assert c.new_adapted_by_direction["above"] < 0.1 < 0.5 < c.new_adapted_by_direction["below"]
+    assert "z_p where cosine <= tau (below, chosen over above" in c.message and "both targets reached" in c.message
+    forced = calibrate(old, new, "cosine", keep_old=0.95, min_new_adapt=0.5, direction="above")
+    assert forced.direction == "above" and not forced.reachable and forced.old_kept >= 0.95
+    assert "unreachable" in forced.message and "imposed" in forced.message
+    same = calibrate(torch.ones(10), torch.ones(10), "cosine", keep_old=0.9)
+    assert same.direction == "above"  # a tie keeps the paper's direction
+    with pytest.raises(CalibrationError, match="--direction: unknown router direction 'up'"):
+        calibrate(old, new, "cosine", keep_old=0.9, direction="up")
+
+    def records(stat: torch.Tensor, loss_p: float, loss_a: float) -> dict[str, torch.Tensor]:
+        n = stat.numel()
+        return {"stat/cosine": stat, "loss_p": torch.full((n,), loss_p), "loss_a": torch.full((n,), loss_a),
+                "correct_p": torch.zeros(n), "correct_a": torch.zeros(n)}
+
+    res = analyse(("en", records(old, 1.0, 2.0)), ("ko", records(new, 5.0, 3.0)), ("cosine",), "ppl",
+                  keep_old=0.95, min_new_adapt=0.5)
+    r = res["statistics"]["cosine"]
+    assert r["direction"] == r["calibration"]["direction"] == "below"
+    assert r["auc_by_direction"]["below"] == pytest.approx(1.0 - r["auc"]) and r["auc_by_direction"]["below"] > 0.9
+    assert r["calibration"]["en_kept"] >= 0.95 and 1.0 - r["calibration"]["ko_kept"] >= 0.5
+    ends = [(p["en_kept"], p["ko_kept"]) for p in (r["points"][0], r["points"][-1])]
+    assert ends == [(0.0, 0.0), (1.0, 1.0)]  # below: the lowest tau keeps nothing on z_p, the highest all
+    assert max(r["roc"]["tpr"][i] - r["roc"]["fpr"][i] for i in range(len(r["roc"]["tpr"]))) > 0.8
+    uncalibrated = analyse(("en", records(old, 1.0, 2.0)), ("ko", records(new, 5.0, 3.0)), ("cosine",), "ppl")
+    assert uncalibrated["statistics"]["cosine"]["direction"] == "below"  # AUC above < 0.5

@@ -46,12 +46,16 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _hf.make_hf(root / "hf", tied=True)
     convert_hf_to_megatron(root / "hf", root / "mg", tp=1, progress=False)
     upscale_checkpoint(root / "mg", root / "route", ScaleConfig(variant="route", heads_up=4), tp=1)
+    from megatron_scale.data.tokenizer import train_byte_bpe
+
+    tok = train_byte_bpe(["some English words to learn from"] * 10, 300, str(root / "tok"))
     old = _dataset(root / "old", 0, 0, _hf.VOCAB // 2)
     new = _dataset(root / "new", 1, _hf.VOCAB // 2, _hf.VOCAB)
     argv = ["--load", str(root / "route"), "--old-data", f"en={old}", "--new-data", f"ko={new}", "--seq-length", "16",
             "--samples", "6", "--batch-size", "3", "--tensor-model-parallel-size", "2", "--keep-old", "0.9",
             "--calibrate-with", "max-prob", "--save", str(root / "calibrated"), "--out", str(root / "out"),
-            "--calibration-old-data", old, "--calibration-new-data", new, "--calibration-skip", "6"]
+            "--calibration-old-data", old, "--calibration-new-data", new, "--calibration-skip", "6",
+            "--route-units", "token", "char", "word", "--tokenizer", tok]
     rc = route_sweep.main(argv)
     return {"root": root, "rc": rc, "argv": argv, "old": old, "new": new}
 
@@ -67,9 +71,24 @@ def test_sweep_writes_every_statistic(work: dict) -> None:
         assert res["heads"][name]["z_p"] == res["heads"][name]["z_a"] > 1.0
     assert res["statistics"]["cosine"]["auc"] == 0.5  # cos == 1 everywhere: no separation at all
     for stat, r in res["statistics"].items():
-        assert r["points"][0]["en_kept"] == 1.0 and r["points"][-1]["ko_kept"] == 0.0, stat
-        assert r["points"][0]["en"] == pytest.approx(res["heads"]["en"]["z_p"])
+        first, last = (1.0, 0.0) if r["direction"] == "above" else (0.0, 1.0)
+        assert r["points"][0]["en_kept"] == first and r["points"][-1]["ko_kept"] == last, stat
+        assert r["direction"] == r["calibration"]["direction"] in ("above", "below")
+        assert r["points"][0 if r["direction"] == "above" else -1]["en"] == pytest.approx(res["heads"]["en"]["z_p"])
         assert 0.0 <= r["auc"] <= 1.0
+
+
+@pytest.mark.dist
+def test_sweep_per_character_and_word_beside_per_token(work: dict) -> None:
+    """--route-units token char word: the sweep's own numbers per token, and per character and per
+    word from the same records (every statistic, its direction and AUC), labelled."""
+    res = json.loads((work["root"] / "out" / "sweep.json").read_text())
+    assert res["unit"] == "token" and sorted(res["by_unit"]) == ["char", "word"]
+    for unit, stats in res["by_unit"].items():
+        assert sorted(stats) == sorted(res["statistics"]), unit
+        for r in stats.values():
+            assert r["direction"] in ("above", "below") and 0.0 <= r["auc_by_direction"][r["direction"]] <= 1.0
+            assert r["calibration"]["old_kept"] >= 0.9
 
 
 @pytest.mark.dist
@@ -83,10 +102,11 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
     assert cal["old_kept"] >= 0.9 and cal["reachable"] and cal["held_out"]
     assert res["settings"]["calibration_skip"] == 6 and res["tokens"] == {"en": 6 * 16, "ko": 6 * 16}
     dims = read_scale_record(work["root"] / "calibrated")["dims"]
-    assert (dims["router_tau"], dims["router_statistic"]) == (cal["tau"], "max-prob")
+    assert (dims["router_tau"], dims["router_statistic"], dims["router_direction"]) == (cal["tau"], "max-prob", cal["direction"])
     convert_megatron_to_hf(work["root"] / "calibrated", work["root"] / "hf-calibrated", progress=False)
     cfg = json.loads((work["root"] / "hf-calibrated" / "config.json").read_text())
-    assert (cfg["scale_router_tau"], cfg["scale_router_statistic"]) == (cal["tau"], "max-prob")
+    assert (cfg["scale_router_tau"], cfg["scale_router_statistic"], cfg["scale_router_direction"]) == (
+        cal["tau"], "max-prob", cal["direction"])
 
 
 @pytest.mark.parametrize(
@@ -100,6 +120,8 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
         ({"--calibration-skip": "3"}, "--calibration-old-data is --old-data's set: its windows overlap"),
         ({"--calibration-skip": "40", "--save": None}, "--calibration-old-data"),
         ({"--calibration-skip": "-1"}, "--calibration-skip: must be at least 0"),
+        ({"--tokenizer": None}, "--route-units char/word need --tokenizer"),
+        ({"--route-units": "char"}, "--save: the model routes per token"),
     ],
 )
 def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys: pytest.CaptureFixture) -> None:
@@ -107,9 +129,11 @@ def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys
 
     argv = list(work["argv"])
     for flag, value in change.items():
-        if flag in argv:
-            i = argv.index(flag)
-            del argv[i : i + 2]
+        if flag in argv:  # the flag and its values (up to the next flag)
+            i = j = argv.index(flag)
+            while j + 1 < len(argv) and not argv[j + 1].startswith("--"):
+                j += 1
+            del argv[i : j + 1]
         if value is not None:
             argv += [flag, value]
     try:

@@ -13,6 +13,9 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
                          (editable; forward() and generate() also take route_tau=...)
     scale_router_statistic  cosine (the paper's) | centered-cosine | max-prob | certainty
                          (editable; forward() and generate() also take route_statistic=...)
+    scale_router_direction  above (keep z_p where statistic >= tau, the paper's; the default, so a
+                         folder without the key reads as above) | below (keep z_p where <= tau)
+                         (editable; forward() and generate() also take route_direction=...)
     scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
     scale_tied_output    the preservation head W_out is the input embedding E
 
@@ -44,6 +47,7 @@ class ScaleLlamaConfig(LlamaConfig):
         scale_w12: list | None = None,
         scale_router_tau: float = 0.5,
         scale_router_statistic: str = "cosine",
+        scale_router_direction: str = "above",
         scale_output_head: str = "auto",
         scale_tied_output: bool = False,
         **kwargs,
@@ -56,6 +60,7 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_w12 = [list(x) for x in (scale_w12 or [])]
         self.scale_router_tau = scale_router_tau
         self.scale_router_statistic = scale_router_statistic
+        self.scale_router_direction = scale_router_direction
         self.scale_output_head = scale_output_head
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied

@@ -14,7 +14,8 @@ Every linear y = W x of the base is upscaled:
 - SwiGLU: gate and up have f' new units after the base f; down reads [f ; f'];
 - output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head);
   the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a (or another statistic:
-  config.scale_router_statistic; tau and statistic can be overridden per call).
+  config.scale_router_statistic; with config.scale_router_direction "below", where the statistic
+  <= tau; tau, statistic and direction can be overridden per call).
 With W12 = 0 the first d dims of every layer and z_p are exactly the base Llama's.
 """
 
@@ -40,6 +41,7 @@ CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ 
 
 HEADS = ("auto", "adapt", "preserve", "route")
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
+DIRECTIONS = ("above", "below")
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -195,14 +197,17 @@ class ScaleOutputLayer(nn.Module):
         self.weight_up = nn.Parameter(torch.empty(vocab, du))
 
     def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float,
-                statistic: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+                statistic: str, direction: str = "above") -> tuple[torch.Tensor, torch.Tensor | None]:
         z_p = F.linear(x[..., : self.d], base_weight)
         if head == "preserve":
             return z_p, None
         z_a = z_p + F.linear(x[..., self.d :], self.weight_up)
         if head == "adapt":
             return z_a, None
-        keep = router_statistic(statistic, z_p, z_a) >= tau
+        stat = router_statistic(statistic, z_p, z_a)
+        if direction not in DIRECTIONS:
+            raise ValueError(f"scale_router_direction {direction!r}: choose one of {DIRECTIONS}")
+        keep = stat >= tau if direction == "above" else stat <= tau
         return torch.where(keep.unsqueeze(-1), z_p, z_a), keep
 
 
@@ -308,9 +313,11 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
                 position_ids: torch.Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: torch.Tensor | None = None,
                 logits_to_keep: int = 0, route_tau: float | None = None, route_statistic: str | None = None,
-                past_key_values: Cache | None = None, **kwargs: object) -> CausalLMOutputWithPast:
-        """route_tau / route_statistic override config.scale_router_tau / _statistic for this
-        call (generate() passes them on: model.generate(ids, route_tau=0.9)). The KV cache comes
+                route_direction: str | None = None, past_key_values: Cache | None = None,
+                **kwargs: object) -> CausalLMOutputWithPast:
+        """route_tau / route_statistic / route_direction override config.scale_router_tau /
+        _statistic / _direction for this call (generate() passes them on:
+        model.generate(ids, route_tau=0.9, route_direction="below")). The KV cache comes
         as `cache` (transformers >= 5.24) or `past_key_values` (earlier): one of them, not both."""
         if cache is not None and past_key_values is not None:
             raise ValueError("pass the KV cache as `cache` or as `past_key_values`, not both")
@@ -324,7 +331,8 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         base_w = self.model.embed_tokens.weight if self.lm_head.weight is None else self.lm_head.weight
         tau = self.config.scale_router_tau if route_tau is None else float(route_tau)
         statistic = self.config.scale_router_statistic if route_statistic is None else route_statistic
-        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), tau, statistic)
+        direction = getattr(self.config, "scale_router_direction", "above") if route_direction is None else route_direction
+        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), tau, statistic, direction)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
