@@ -83,7 +83,9 @@ def test_no_deps_lock_pins_what_its_input_names() -> None:
 def test_the_venv_holds_the_locked_releases() -> None:
     if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
         pytest.skip(f"not the locked venv: this Python's prefix is {sys.prefix}, not {ROOT / '.venv'}")
-    have = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    have: dict[str, str] = {}
+    for d in distributions():  # the first on sys.path, as import finds it
+        have.setdefault(canonicalize_name(d.metadata["Name"]), d.version)
     wrong = []
     for file in ("lock.txt", "no-deps.txt"):
         for name, (version, marker, _) in _locked(file).items():
