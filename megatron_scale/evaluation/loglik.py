@@ -56,5 +56,6 @@ def continuation_logprobs(logits: Logits, pairs: Sequence[tuple[list[int], list[
     scores = []
     for i, start, cont in spans:  # log-softmax of the scored positions only (V is large)
         logp = torch.log_softmax(out[i, start:start + len(cont)].float(), dim=-1)
-        scores.append(float(logp.gather(-1, torch.tensor(cont, dtype=torch.long)[:, None]).sum()))
+        target = torch.tensor(cont, dtype=torch.long, device=logp.device)[:, None]
+        scores.append(float(logp.gather(-1, target).sum()))
     return scores
