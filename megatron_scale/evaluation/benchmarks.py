@@ -35,6 +35,8 @@ class Scorer:
     """The token an empty context becomes (the harness's prefix_token_id: BOS, else EOS)."""
     max_length: int
     """The model's context window in tokens."""
+    decode: Callable[[list[int]], str] | None = None
+    """The tokenizer's decode (for bits per byte of held-out text; not needed for the benchmarks)."""
 
 
 def hf_scorer(folder: str | os.PathLike, dtype: str = "float32", threads: int | None = None) -> Scorer:
@@ -52,7 +54,7 @@ def hf_scorer(folder: str | os.PathLike, dtype: str = "float32", threads: int | 
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     window = int(getattr(model.config, "max_position_embeddings", 2048))
     return Scorer(logits=lambda ids: model(input_ids=ids).logits, encode=tok.encode,
-                  prefix_id=int(prefix), max_length=window)
+                  prefix_id=int(prefix), max_length=window, decode=tok.decode)
 
 
 def score_items(scorer: Scorer, items: Sequence[Item], batch_tokens: int = 4096,
@@ -132,7 +134,17 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     os.replace(tmp, p)
 
 
+def text_table(text: dict[str, Any]) -> str:
+    """Perplexity beside bits per byte and per character, one row per held-out set."""
+    lines = ["| held-out text | docs | tokens | bytes | chars | ppl (per token) | bits/byte | bits/char |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {n} | {r['docs']} | {r['tokens']} | {r['bytes']} | {r['chars']} | {r['ppl']:.2f} "
+              f"| {r['bits_per_byte']:.3f} | {r['bits_per_char']:.3f} |" for n, r in text.items()]
+    return "\n".join(lines)
+
+
 def write(path: str | os.PathLike, record: dict[str, Any]) -> None:
-    """The results JSON and, beside it, the table (<path without .json>.md), each written atomically."""
+    """The results JSON and, beside it, the tables (<path without .json>.md), each written atomically."""
     write_atomic(path, json.dumps(record, indent=1) + "\n")
-    write_atomic(Path(path).with_suffix(".md"), table(record["results"]) + "\n")
+    tables = [table(record["results"])] + ([text_table(record["text"])] if record.get("text") else [])
+    write_atomic(Path(path).with_suffix(".md"), "\n\n".join(tables) + "\n")

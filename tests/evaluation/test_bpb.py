@@ -61,3 +61,29 @@ def test_bits_per_unit() -> None:
         bits_per_unit(1.0, 0)
     with pytest.raises(ValueError, match="no scored"):
         TextLoss().result(str)
+
+
+def test_text_loss_scores_every_token_once_and_counts_decoded_bytes() -> None:
+    """A model whose log-probabilities are known (uniform over V): the loss is ln V per token, so
+    bits per byte = tokens * log2 V / bytes, over both documents (Korean and English)."""
+    import torch
+
+    from megatron_scale.evaluation.perplexity import text_loss
+
+    tok = _byte_bpe()
+    vocab = tok.get_vocab_size()
+    seen: list[int] = []
+
+    def uniform(ids: torch.Tensor) -> torch.Tensor:
+        seen.append(ids.shape[1])
+        return torch.zeros(ids.shape[0], ids.shape[1], vocab)
+
+    docs = [KOREAN, ENGLISH]
+    r = text_loss(uniform, lambda s: tok.encode(s).ids, tok.decode, docs, prefix_id=0, window=16)
+    n = sum(len(tok.encode(d).ids) for d in docs)
+    assert (r["docs"], r["tokens"]) == (2, n) and sum(seen) == n  # disjoint windows, each token once
+    assert r["bytes"] == sum(len(d.encode("utf-8")) for d in docs) and r["chars"] == sum(map(len, docs))
+    assert r["ppl"] == pytest.approx(vocab, rel=1e-5)
+    assert r["bits_per_byte"] == pytest.approx(n * math.log2(vocab) / r["bytes"], rel=1e-5)
+    first = text_loss(uniform, lambda s: tok.encode(s).ids, tok.decode, docs, prefix_id=0, max_tokens=1)
+    assert first["docs"] == 1 and first["bytes"] == len(KOREAN.encode("utf-8"))
