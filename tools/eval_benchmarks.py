@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True, help="results JSON to write (the table goes beside it, .md)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", default=None,
+                   help="where the model runs: cpu, cuda, cuda:1 ... (default: cuda where there is one, else cpu)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per forward (default 4096)")
     p.add_argument("--text-sets", default="", help="held-out text to score: any of en,en-modern,ko (default none)")
     p.add_argument("--text-tokens", type=int, default=20000, help="tokens per --text-sets set (default 20000)")
@@ -55,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := [t for t in sets if t not in known]:
             raise ValueError(f"--text-sets: unknown {unknown} (known: {', '.join(known)})")
         start = time.perf_counter()
-        scorer = hf_scorer(args.model, args.dtype, args.threads)
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device on this machine (give --device cpu)")
+        scorer = hf_scorer(args.model, args.dtype, args.threads, device)
         say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
         results = evaluate(scorer, tasks, limit=args.limit, seed=args.seed, variants=dict(args.variant),
                            batch_tokens=args.batch_tokens, say=say)
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             text[name] = text_loss(scorer.logits, scorer.encode, scorer.decode, known[name](),
                                    prefix_id=scorer.prefix_id, window=args.text_window, max_tokens=args.text_tokens)
             say(f"{name}: " + " ".join(f"{k}={v:.4g}" for k, v in text[name].items()))
-        record = {"model": args.model, "limit": args.limit, "seed": args.seed, "dtype": args.dtype,
+        record = {"model": args.model, "limit": args.limit, "seed": args.seed, "dtype": args.dtype, "device": device,
                   "seconds": round(time.perf_counter() - start, 1), "results": results, "text": text}
         write(args.output, record)
         print(table(results), file=sys.stderr)

@@ -39,8 +39,10 @@ class Scorer:
     """The tokenizer's decode (for bits per byte of held-out text; not needed for the benchmarks)."""
 
 
-def hf_scorer(folder: str | os.PathLike, dtype: str = "float32", threads: int | None = None) -> Scorer:
-    """A Hugging Face folder (SCALE exports load with trust_remote_code) on the CPU."""
+def hf_scorer(folder: str | os.PathLike, dtype: str = "float32", threads: int | None = None,
+              device: str = "cpu") -> Scorer:
+    """A Hugging Face folder (SCALE exports load with trust_remote_code) on `device`; the token
+    batches, made on the host, move there once per forward."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -50,10 +52,11 @@ def hf_scorer(folder: str | os.PathLike, dtype: str = "float32", threads: int | 
     if threads:
         torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=getattr(torch, dtype)).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=getattr(torch, dtype))
+    model = model.to(device).eval()
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     window = int(getattr(model.config, "max_position_embeddings", 2048))
-    return Scorer(logits=lambda ids: model(input_ids=ids).logits, encode=tok.encode,
+    return Scorer(logits=lambda ids: model(input_ids=ids.to(model.device)).logits, encode=tok.encode,
                   prefix_id=int(prefix), max_length=window, decode=tok.decode)
 
 
