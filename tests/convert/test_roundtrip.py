@@ -36,7 +36,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head

@@ -63,7 +63,7 @@ def _body(rank: int, world: int, root: str, items: list[Item]) -> dict[int, list
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full
     from tests import _tiny
 
     torch.set_num_threads(1)

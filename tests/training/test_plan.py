@@ -62,14 +62,21 @@ def upscaled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     _hf.make_hf(root / "hf", tied=True)
     convert_hf_to_megatron(root / "hf", root / "base", tp=1, progress=False)
     upscale_checkpoint(root / "base", root / "up", ScaleConfig(variant="preserve", seed=5), tp=1)
-    return {"up": str(root / "up"), "data": make_dataset(root / "ko", seed=1), "run": str(root / "run")}
+    return {"base": str(root / "base"), "up": str(root / "up"), "data": make_dataset(root / "ko", seed=1), "run": str(root / "run")}
 
 
 def test_record_reads_and_geometry_resolves_per_scale_start(upscaled: dict) -> None:
     argv = [*RUN, "--train-iters", "4", "--data-path", upscaled["data"], "--method", "scale-preserve"]
     start = run_ranks(_counted_setup, 1, [*argv, "--load", upscaled["up"], "--save", upscaled["run"]], True)[0]
     resume = run_ranks(_counted_setup, 1, [*argv, "--load", upscaled["run"]], False)[0]
-    # the counts at main 8fee6e0, before the method protocol (issue 32): each read re-reads .metadata
-    # and stats every shard; each resolve rebuilds and re-checks the geometry
-    assert start == {"read_records": 3, "resolve": 3}, start
-    assert resume == {"read_records": 2, "resolve": 3}, resume
+    # The plan reads the records once and hands them on; the recorded geometry is the method, so
+    # nothing resolves it again (main at 8fee6e0, before the method protocol: 3 reads and 3
+    # resolves starting, 2 reads and 3 resolves resuming).
+    assert start == {"read_records": 1, "resolve": 0}, start
+    assert resume == {"read_records": 1, "resolve": 0}, resume
+
+
+def test_a_start_from_a_base_resolves_the_geometry_once(upscaled: dict) -> None:
+    argv = [*RUN, "--train-iters", "4", "--data-path", upscaled["data"], "--method", "scale-preserve"]
+    base = run_ranks(_counted_setup, 1, [*argv, "--load", upscaled["base"]], False)[0]
+    assert base == {"read_records": 1, "resolve": 1}, base
