@@ -42,7 +42,7 @@ from megatron_scale.model.state import tree_map
 from megatron_scale.records import CheckpointError, CheckpointRecords, model_records, read_records, scale_record
 
 __all__ = [
-    "CheckpointError", "check_lora_record", "is_scale_checkpoint", "iteration_dir", "latest_iteration_dir",
+    "CheckpointError", "check_lora_record", "iteration_dir", "latest_iteration_dir",
     "load_checkpoint", "read_scale_record", "save_checkpoint",
 ]
 
@@ -158,13 +158,6 @@ def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
     if scale is None:
         raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
     return scale
-
-
-def is_scale_checkpoint(directory: str | os.PathLike) -> bool:
-    """Whether `directory` holds a SCALE model (a megatron-scale checkpoint with a geometry).
-    False for a directory that is no torch_dist checkpoint; the records' policy otherwise."""
-    records = read_records(directory, required=False)
-    return records is not None and records.is_scale
 
 
 def load_checkpoint(
