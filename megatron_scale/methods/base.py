@@ -88,6 +88,16 @@ class TrainingMethod:
                              "(merging them into the base weights is not supported)")
 
     @classmethod
+    def base_layers_of(cls, recorded: int, flags: Any) -> int:
+        """--num-layers (the base's) of a run of this method whose record counts `recorded` layers."""
+        return recorded
+
+    @classmethod
+    def grown_layers(cls, base_layers: int, flags: Any) -> int:
+        """The layers a run of this method on a base of `base_layers` records (before it is planned)."""
+        return base_layers
+
+    @classmethod
     def plan(cls, given: Given) -> TrainingMethod:
         """The method the flags given and --load's records describe (checked, naming the flag)."""
         return cls()

@@ -60,6 +60,22 @@ class LlamaPro(TrainingMethod):
     blocks: int
 
     @classmethod
+    def base_layers_of(cls, recorded: int, flags: Any) -> int:
+        """The base's layers of a resumed run whose record counts the grown model."""
+        if flags.llama_pro_blocks is not None:
+            return recorded - flags.llama_pro_blocks
+        bases = [n for n in range(1, recorded) if n + default_llama_pro_blocks(n) == recorded]
+        if len(bases) == 1:
+            return bases[0]
+        why = "no" if not bases else f"more than one ({' or '.join(map(str, bases))} layers)"
+        raise ValueError(f"--load: {recorded} layers is {why} default LLaMA-Pro growth of a base; "
+                         "give --num-layers and --llama-pro-blocks")
+
+    @classmethod
+    def grown_layers(cls, base_layers: int, flags: Any) -> int:
+        return base_layers + flags.pro_blocks(base_layers)
+
+    @classmethod
     def plan(cls, given: Given) -> LlamaPro:
         return cls(blocks=given.flags.pro_blocks(given.arch.num_layers))
 

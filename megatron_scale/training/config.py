@@ -86,10 +86,6 @@ class MethodConfig(*FLAG_CLASSES, MethodChoice):  # type: ignore[misc]
     """--method and the settings of each method: the fields of every method's flags class
     (megatron_scale/methods/; None: --load's record, else the default)."""
 
-    @property
-    def is_scale(self) -> bool:
-        return self.method.startswith("scale-")
-
 
 @dataclass(kw_only=True)
 class ParallelConfig:

@@ -32,7 +32,6 @@ from typing import Any
 from megatron_scale.checkpoint import latest_iteration_dir
 from megatron_scale.flags import given
 from megatron_scale.methods import Given, TrainingMethod, method_class
-from megatron_scale.methods.llama_pro import default_llama_pro_blocks
 from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
 from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
 from megatron_scale.training.config import TrainConfig
@@ -93,25 +92,13 @@ def recorded(directory: Path | None) -> CheckpointRecords | None:
         raise ValueError(f"--load: {e}") from e
 
 
-def _base_layers(recorded: int, blocks: int | None) -> int:
-    """--num-layers (the base's) of a resumed LLaMA-Pro run whose record counts the grown model."""
-    if blocks is not None:
-        return recorded - blocks
-    bases = [n for n in range(1, recorded) if n + default_llama_pro_blocks(n) == recorded]
-    if len(bases) == 1:
-        return bases[0]
-    why = "no" if not bases else f"more than one ({' or '.join(map(str, bases))} layers)"
-    raise ValueError(f"--load: {recorded} layers is {why} default LLaMA-Pro growth of a base; "
-                     "give --num-layers and --llama-pro-blocks")
-
-
 def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, resuming: bool) -> None:
     """Fill the architecture flags left out from `record`; refuse one that differs."""
     theirs = LlamaArgs.from_json(record, where=f"{where}: model_args")
     arch, method = cfg.model.architecture, cfg.method
-    grown = method.method == "llama-pro" and resuming
-    if arch.num_layers is None and grown:
-        arch.num_layers = _base_layers(theirs.num_layers, method.llama_pro_blocks)
+    kind = method_class(method.method)
+    if arch.num_layers is None and resuming:  # a run's record counts its own model's layers
+        arch.num_layers = kind.base_layers_of(theirs.num_layers, method)
     for name, flag in FLAGS.items():
         value = getattr(theirs, name)
         if getattr(arch, name) is None:
@@ -120,8 +107,8 @@ def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, r
         if name in CARRIED_ONLY or (name == "rope_scaling_factor" and not theirs.rope_scaling):
             continue
         mine = getattr(arch, name)
-        if name == "num_layers" and grown:
-            mine += method.pro_blocks(arch.num_layers)
+        if name == "num_layers" and resuming:
+            mine = kind.grown_layers(mine, method)
         if mine != value:
             raise ValueError(f"{where}: the checkpoint's model has {name}={value!r} but {flag} gives {mine!r}; "
                              f"leave {flag} out to take the checkpoint's")
