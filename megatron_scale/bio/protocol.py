@@ -58,6 +58,7 @@ class Settings:
     task0_lr: float = 1e-3
     task1_iters: int = 200
     task1_lr: float = 1e-3
+    task1_lrs: tuple[float, ...] = ()  # the frontier: every method at each of these LRs (empty: task1_lr alone)
     eval_interval: int = 20
     eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
     methods: tuple[str, ...] = METHODS
@@ -78,6 +79,13 @@ class Settings:
             raise ValueError("--task1-people must be at least 1")
         if self.eval_interval < 1:
             raise ValueError("--eval-interval must be at least 1")
+        if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
+            raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
+
+    @property
+    def task1_grid(self) -> tuple[float, ...]:
+        """The task-1 learning rates each method runs at."""
+        return self.task1_lrs or (self.task1_lr,)
 
 
 def _single_process_env() -> None:
@@ -226,17 +234,19 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
         save=os.path.join(ckpt, "task0"), progress=progress)
     task0_ckpt = str(iteration_dir(os.path.join(ckpt, "task0"), s.task0_iters))
     methods: dict[str, Any] = {}
-    for method in s.methods:
-        progress(f"task 1: {method}")
-        methods[method] = run_stage(
-            stage_config(base, method_config(s, method), data=qa1_prefix, lr=s.task1_lr, load=task0_ckpt,
-                         decay="constant"),
+    grid = s.task1_grid
+    for method, lr in ((m, lr) for m in s.methods for lr in grid):
+        key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
+        progress(f"task 1: {method} at lr {lr:g}")
+        r = run_stage(
+            stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant"),
             iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
             save=None, progress=progress)
-        progress(f"  {methods[method]['seconds']:.1f}s")
-        if methods[method]["final_records"]:
-            methods[method]["router"] = router.analyse(methods[method]["final_records"])
-            for line in router.summary_lines(methods[method]["router"]):
+        methods[key] = {"method": method, "lr": lr, **r}
+        progress(f"  {r['seconds']:.1f}s")
+        if r["final_records"]:
+            methods[key]["router"] = router.analyse(r["final_records"])
+            for line in router.summary_lines(methods[key]["router"]):
                 progress("  " + line)
     return {
         "settings": asdict(s),

@@ -176,3 +176,52 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     assert (out / "router_scale-route.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| max-prob |" in table and "| cosine |" in table
     assert "--methods full scale-route" in results["command"]
+
+
+def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp_path: Path) -> None:
+    from megatron_scale.evaluation.frontier import Run, summarise
+
+    out = tmp_path / "frontier"
+    cmd = [sys.executable, str(ROOT / "tools" / "biography_benchmark.py"), "--preset", "cpu", "--out", str(out),
+           "--methods", "full", "scale-route", "--task1-lrs", "1e-3", "1e-2", "--seeds", "3", "4",
+           "--pretrain-people", "12", "--task0-people", "6", "--task1-people", "3", "--bios-per-person", "2",
+           "--vocab-size", "400", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
+           "--num-query-groups", "4", "--ffn-hidden-size", "128", "--seq-length", "32", "--micro-batch-size", "4",
+           "--global-batch-size", "4", "--pretrain-iters", "4", "--task0-iters", "2", "--task1-iters", "4",
+           "--eval-interval", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seeds = {s: json.loads((out / f"seed{s}" / "results.json").read_text()) for s in (3, 4)}
+    doc = json.loads((out / "frontier.json").read_text())
+    runs = [Run(r["method"], r["lr"], r["seed"], tuple(tuple(p) for p in r["curve"])) for r in doc["runs"]]
+    for seed, results in seeds.items():
+        assert results["settings"]["seed"] == seed
+        assert list(results["methods"]) == ["full@0.001", "full@0.01", "scale-route@0.001", "scale-route@0.01"]
+        for key, r in results["methods"].items():
+            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (r["method"], r["lr"], seed)]
+            assert run.curve == tuple(zip(r["accuracy"]["task1"], r["accuracy"]["task0"], strict=True)), key
+        assert results["methods"]["full@0.001"]["loss"] != results["methods"]["full@0.01"]["loss"]  # the LR took
+        stats = results["methods"]["scale-route@0.01"]["router"]["statistics"]
+        for stat, a in stats.items():  # each statistic's tau sweep is a frontier of its own
+            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (f"scale-route[{stat}]", 0.01, seed)]
+            assert run.curve == tuple((p["task1"], p["task0"]) for p in a["points"])
+    assert len(runs) == 2 * (4 + 2 * 4)  # per seed: 4 curves and 4 statistics' sweeps at 2 LRs
+    # the written summary is evaluation/frontier.py's on these curves
+    summary = summarise(runs, doc["levels"])
+    assert sorted(doc["summary"]) == sorted(summary) and "scale-route[cosine]" in summary
+    for method, s in summary.items():
+        assert doc["summary"][method]["area"] == pytest.approx(vars(s["area"]), nan_ok=True)
+        for level, v in s["levels"].items():
+            assert doc["summary"][method]["levels"][str(level)] == pytest.approx(vars(v), nan_ok=True)
+    table = (out / "frontier.md").read_text()
+    assert table in done.stdout and "| full | 2 |" in table and "task 0 at task 1 = 0.95" in table
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a second call reads the finished seeds instead of training them again, and says so
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("exists, read instead of rerun") == 2 and "pretrain:" not in again.stdout
+    assert json.loads((out / "frontier.json").read_text()) == doc
+    bad = subprocess.run([*cmd[:6], "--task1-lrs", "1e-3", "0"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=ROOT, check=False)
+    assert bad.returncode != 0 and "--task1-lrs must be distinct positive" in bad.stderr
