@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
 from megatron_scale.bio.frontier import write_frontier
-from megatron_scale.bio.report import router_table, table, write_all
+from megatron_scale.bio.report import expansion_table, router_table, table, write_all
 
 PRESETS = {
     # Measured on 2 CPU cores: see docs/biography.md.
@@ -79,6 +79,7 @@ def run_one(settings: Settings, out: str, preset: str, command: str) -> dict:
     paths = write_all(results, out)
     print(table(results))
     print(router_table(results))
+    print(expansion_table(results))
     print(f"wrote {', '.join(paths.values())} in {time.monotonic() - start:.0f}s")
     return results
 

@@ -181,6 +181,8 @@ def run_stage(
         "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
         "per_attribute": {n: [c["per_attribute"] for c in v] for n, v in curves.items()},
         "preserve_fraction": {n: [c.get("preserve_fraction") for c in v] for n, v in curves.items()},
+        # SCALE methods: what W_out_up h_up does to each task's answers (bio/evaluate.expansion_effect)
+        "expansion": {n: [c["expansion"] for c in v] for n, v in curves.items() if v and "expansion" in v[0]},
         "route": {n: [{k: c[k] for k in ROUTE_KEYS if k in c} for c in v] for n, v in curves.items()
                   if any("tau_sweep" in c for c in v)},
         # per-probe router records of the last evaluation only (every statistic; bio/router.py)

@@ -176,6 +176,14 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     assert (out / "router_scale-route.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| max-prob |" in table and "| cosine |" in table
     assert "--methods full scale-route" in results["command"]
+    # what the new output columns add: nothing before the first step (W_out_up starts at zero),
+    # something once trained; only SCALE methods have the term
+    assert "expansion" not in results["methods"]["full"] or not results["methods"]["full"]["expansion"]
+    e = route["expansion"]
+    for key in ("task0", "task1"):
+        assert len(e[key]) == 3 and e[key][0] == {"relative_norm": 0.0, "kl_p_to_a": 0.0, "argmax_changed": 0.0}
+        assert e[key][-1]["relative_norm"] > 0 and e[key][-1]["kl_p_to_a"] >= 0
+    assert "| scale-route | 4 |" in table and "KL from z_p to z_a" in table
 
 
 def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp_path: Path) -> None:
