@@ -13,15 +13,15 @@ measuring first-token accuracy on both tasks over the steps. Writes OUT/results.
 number), OUT/table.md (also printed) and OUT/plot.png. Runs as one process (world size 1).
 
 With --task1-lrs every method runs at each LR; with --seeds the whole protocol runs once per seed
-under OUT/seed<N>/ (a seed whose results.json exists is read, not rerun); either way
-OUT/frontier.{md,json,png} compares the methods at equal task-1 learning (bio/frontier.py).
+under OUT/seed<N>/; either way OUT/frontier.{md,json,png} compares the methods at equal task-1
+learning (bio/frontier.py). Every stage a call finishes is kept (OUT/.../stages/*.json): calling
+again with the same flags runs only what is missing, so a long frontier survives being stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
-from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
+from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
 from megatron_scale.bio.frontier import write_frontier
 from megatron_scale.bio.report import expansion_table, router_table, table, write_all
 
@@ -96,25 +96,26 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     command = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
-    if ns.seeds is None:
-        all_results = [run_one(settings, ns.out, ns.preset, command)]
-    else:
-        all_results = []
-        for seed in ns.seeds:
-            out = os.path.join(ns.out, f"seed{seed}")
-            done = os.path.join(out, "results.json")
-            if os.path.exists(done):  # written atomically, last: the seed finished
-                print(f"seed {seed}: {done} exists, read instead of rerun", flush=True)
-                with open(done, encoding="utf-8") as f:
-                    all_results.append(json.load(f))
-            else:
-                all_results.append(run_one(dataclasses.replace(settings, seed=seed), out, ns.preset, command))
+    try:
+        all_results = run_all(ns, settings, command)
+    except StageMismatch as e:
+        raise SystemExit(f"error: {e}") from None
     if ns.seeds is not None or ns.task1_lrs is not None:
         paths = write_frontier(all_results, ns.out)
         with open(paths["md"], encoding="utf-8") as f:
             print(f.read())
         print(f"wrote {', '.join(paths.values())}")
     return 0
+
+
+def run_all(ns: argparse.Namespace, settings: Settings, command: str) -> list[dict]:
+    """The protocol once, or once per --seeds under OUT/seed<N>/ (finished seeds read)."""
+    if ns.seeds is None:
+        all_results = [run_one(settings, ns.out, ns.preset, command)]
+    else:
+        all_results = [run_one(dataclasses.replace(settings, seed=seed), os.path.join(ns.out, f"seed{seed}"), ns.preset,
+                               command) for seed in ns.seeds]
+    return all_results
 
 
 if __name__ == "__main__":

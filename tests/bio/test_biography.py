@@ -225,11 +225,28 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
     table = (out / "frontier.md").read_text()
     assert table in done.stdout and "| full | 2 |" in table and "task 0 at task 1 = 0.95" in table
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # a second call reads the finished seeds instead of training them again, and says so
+    # a second call reads every finished stage instead of training it again, and says so
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, check=False)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("exists, read instead of rerun") == 2 and "pretrain:" not in again.stdout
+    assert again.stdout.count("done before:") == 2 * 6 and "    step " not in again.stdout
     assert json.loads((out / "frontier.json").read_text()) == doc
+    # a seed killed mid-way: only its unfinished stage runs again, and gives the same numbers
+    seed4 = out / "seed4"
+    (seed4 / "results.json").unlink()
+    (seed4 / "stages" / "task1_full_lr0.01.json").unlink()
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("done before:") == 2 * 6 - 1 and resumed.stdout.count("    step ") == 3  # 0, 2, 4
+    again4 = json.loads((seed4 / "results.json").read_text())
+    for key, r in seeds[4]["methods"].items():
+        assert again4["methods"][key]["accuracy"] == r["accuracy"] and again4["methods"][key]["loss"] == r["loss"], key
+    # stage files of other settings are never mixed in: one error naming the setting
+    (seed3_results := out / "seed3" / "results.json").unlink()
+    other = subprocess.run([*cmd, "--task1-iters", "6"], capture_output=True, text=True, timeout=120, env=env,
+                           cwd=ROOT, check=False)
+    assert other.returncode != 0 and "made by a run with other settings (task1_iters)" in other.stderr, other.stderr[-2000:]
+    assert "Traceback" not in other.stderr
+    assert not seed3_results.exists()
     bad = subprocess.run([*cmd[:6], "--task1-lrs", "1e-3", "0"], capture_output=True, text=True, timeout=120,
                          env=env, cwd=ROOT, check=False)
     assert bad.returncode != 0 and "--task1-lrs must be distinct positive" in bad.stderr
