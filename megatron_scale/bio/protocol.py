@@ -212,9 +212,11 @@ def stage(path: str, s: Settings, run: Callable[[], dict[str, Any]], checkpoint:
           progress: Callable[[str], None]) -> dict[str, Any]:
     """A stage's result, from `path` when an earlier call finished it with the same settings
     (written atomically after the stage's checkpoint, so a killed run repeats only the stage it
-    was in); else the stage is run from scratch (its partial checkpoint removed) and recorded."""
+    was in) and its checkpoint is still there (stage files alone, copied from another machine,
+    rerun the stages that save one: they are deterministic); else the stage is run from scratch
+    (its partial checkpoint removed) and recorded."""
     key = {k: v for k, v in asdict(s).items() if k not in STAGE_KEY_SKIPS}
-    if os.path.exists(path):
+    if os.path.exists(path) and (checkpoint is None or os.path.isdir(checkpoint)):  # a later stage loads it
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         if doc["settings"] != json.loads(json.dumps(key)):

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +241,13 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
     again4 = json.loads((seed4 / "results.json").read_text())
     for key, r in seeds[4]["methods"].items():
         assert again4["methods"][key]["accuracy"] == r["accuracy"] and again4["methods"][key]["loss"] == r["loss"], key
+    # stage files without the checkpoints (copied elsewhere): the two saving stages run again, the
+    # same to the bit, and the task-1 stages are read
+    shutil.rmtree(seed4 / "checkpoints")
+    copied = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT, check=False)
+    assert copied.returncode == 0, copied.stderr[-3000:]
+    assert copied.stdout.count("done before:") == 2 * 6 - 2
+    assert json.loads((seed4 / "results.json").read_text())["task0"]["accuracy"] == seeds[4]["task0"]["accuracy"]
     # stage files of other settings are never mixed in: one error naming the setting
     (seed3_results := out / "seed3" / "results.json").unlink()
     other = subprocess.run([*cmd, "--task1-iters", "6"], capture_output=True, text=True, timeout=120, env=env,
