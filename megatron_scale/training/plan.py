@@ -35,10 +35,12 @@ from megatron_scale.methods import Given, TrainingMethod, method_class
 from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
 from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
 from megatron_scale.training.config import TrainConfig
+from megatron_scale.training.optim import decoupled_record
 from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
 CARRIED_ONLY = ("max_position_embeddings",)
+
 
 class FlagError(ValueError):
     """A flag (or the checkpoint --load names) cannot make a run; the message names it."""
@@ -136,6 +138,12 @@ def check_resumed_schedule(cfg: TrainConfig, train_state: dict[str, Any], where:
             was = sched[key] // gb if key.endswith("_steps") else sched[key]
             raise ValueError(f"{where}: the run being resumed has {flag} {was}, not {shown} "
                              "(megatron-core's LR schedule cannot change on resume)")
+    recorded = train_state.get("optim") or {"decoupled_lr": None, "decoupled_min_lr": None}  # older runs: none
+    for key, value in decoupled_record(o).items():
+        if recorded.get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"{where}: the run being resumed has {flag} {recorded.get(key)}, not {value} "
+                             "(each parameter group's LR is restored from the checkpoint)")
 
 
 def resolve_vocab(cfg: TrainConfig) -> None:
