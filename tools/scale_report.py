@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", default="ko", help="evaluation set that measures learning")
     p.add_argument("--route-sweep", default=None, metavar="SWEEP_JSON",
                    help="tools/route_sweep.py's sweep.json (with --keep-old): adds the SCALE-Route section")
+    p.add_argument("--failed", action="append", default=[], metavar="METHOD=WHY",
+                   help="a method that did not finish, and why (listed in the report; repeat for several)")
     args = p.parse_args(argv)
     runs = {}
     for item in args.run:
@@ -34,17 +36,20 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not method or not path:
             p.error(f"--run {item!r}: expected METHOD=METRICS")
         runs[method] = path
+    failed = dict(item.partition("=")[::2] for item in args.failed)
     from megatron_scale.recipe.report import write_report
 
     try:
         results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration,
-                               args.route_sweep)
+                               args.route_sweep, failed)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2
     print(results["table"], end="")
     if "route_sweep" in results:
         print(results["route_sweep"]["section"], end="")
+    for method, why in failed.items():
+        print(f"not in the report: {method}: {why}")
     for claim, ok in results["checks"].items():
         print(f"{'yes' if ok else 'NO '}  {claim}")
     print(f"written: {args.output}/results.json, report.md, perplexity.png")

@@ -146,13 +146,14 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
                  old: Sequence[str] = ("en",), new: str = "ko", base_iteration: int | None = None,
-                 route_sweep: str | os.PathLike | None = None) -> dict:
+                 route_sweep: str | os.PathLike | None = None, failed: dict[str, str] | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png (curves) under out_dir;
     return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
     the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
     evaluation at `base_iteration` (0: a run's before-training evaluation). `route_sweep` (a
     sweep.json of tools/route_sweep.py) adds the SCALE-Route section (route_report.py) to
-    report.md, and its numbers and markdown to results.json["route_sweep"]."""
+    report.md, and its numbers and markdown to results.json["route_sweep"]. `failed`: methods
+    that did not finish, each with why (results.json["failed"] and a section of report.md)."""
     old = tuple(old)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,6 +170,9 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     if route_sweep is not None:
         results["route_sweep"] = route_section(route_sweep, out, old[0], new)
         text += results["route_sweep"]["section"]
+    if failed:
+        results["failed"] = dict(failed)
+        text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
     plot(base, runs, out / "perplexity.png", (*old, new))

@@ -133,6 +133,11 @@ class Settings:
     """LM_EVAL_TASKS: comma-separated lm-evaluation-harness tasks run on every export."""
     lm_eval_flags: tuple[str, ...] = ()
     """LM_EVAL_FLAGS: flags of tools/lm_eval_hf.py."""
+    array: bool = False
+    """ARRAY: 1 submits the methods side by side under Slurm (from a login node, `bash`, not sbatch):
+    a preparation job, one array task per method, a report job (megatron_scale/recipe/array.py)."""
+    lock_poll: int = 30
+    """LOCK_POLL: seconds between looks at a step another job is doing (its lock in $WORKDIR/locks)."""
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -147,6 +152,8 @@ class Settings:
             if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
                 raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
                                     "(not en or ko, the recipe's own sets)")
+        if self.lock_poll < 1:
+            raise SettingsError(f"LOCK_POLL={self.lock_poll} must be at least 1 (seconds)")
         if self.route_sweep_samples < 1:
             raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
         for name in ("route_keep_old", "route_min_new_adapt"):
