@@ -225,10 +225,12 @@ class Recipe:
         s = self.s
         return [m for m in s.methods if not self.side_by_side or done_iters(self.run_dir(m)) >= s.train_iters]
 
-    def report(self) -> Command:
+    def report(self) -> Command | str:
         """The finished runs, and why the others are missing (an ARRAY=1 task that failed). The
         base's numbers: the tiny base's last evaluation, or (converted base) the first finished
-        method's iteration-0 evaluation, made before its first step."""
+        method's iteration-0 evaluation, made before its first step. Skipped when results.json
+        covers the same runs and failures and is newer than every input (a second submission
+        into the same WORKDIR, a requeue: delete report/ to have it written again)."""
         s, done = self.s, self.finished()
         failed = [a for m in s.methods if m not in done for a in ("--failed", f"{m}={why_missing(s, m)}")]
         if not done:
@@ -240,6 +242,10 @@ class Recipe:
         runs = [a for m in done for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")] + failed
         old = [a for name in ("en", *self.extra) for a in ("--old", name)]
         sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) and "scale-route" in done else []
+        inputs = [Path(base[1]), *(self.run_dir(m) / "metrics.jsonl" for m in done), *map(Path, sweep[1:])]
+        if _report_current(s.workdir / "report" / "results.json", done, dict(f.split("=", 1) for f in failed[1::2]),
+                           inputs):
+            return f"report up to date: {s.workdir / 'report' / 'report.md'}"
         return _single("tools/scale_report.py", *base, *runs, *old, "--output", s.workdir / "report", *sweep)
 
     def export(self, method: str) -> Command | str:
@@ -315,6 +321,16 @@ def _recorded_settings(path: Path, want: dict[str, object]) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return all(got.get(k) == v for k, v in want.items())
+
+
+def _report_current(results: Path, runs: list[str], failed: dict[str, str], inputs: list[Path]) -> bool:
+    """results.json reports exactly `runs` and `failed` and is newer than each input."""
+    try:
+        got = json.loads(results.read_text())
+        newer = all(results.stat().st_mtime >= p.stat().st_mtime for p in inputs)
+    except (OSError, ValueError):
+        return False
+    return newer and [r.get("method") for r in got.get("runs", [])] == runs and got.get("failed", {}) == failed
 
 
 def _resuming(run: Path, iters: int) -> str:

@@ -202,3 +202,25 @@ def test_next_waits_while_another_job_holds_the_action(tmp_path: Path, monkeypat
     record = json.loads((tmp_path / "slurm" / "full.json").read_text())
     assert (record["state"], record["exit_status"], record["step"]) == (
         "failed", 3, "5: continue on Korean with --method full (100 iterations)")
+
+
+def test_a_report_is_written_again_only_when_its_inputs_changed(tmp_path: Path) -> None:
+    """A second submission (or a requeue) into the same WORKDIR skips a report that is up to date."""
+    s = _settings(tmp_path, TRAIN_ITERS="20", METHODS="full")
+    for run in ("base", "full"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "runs" / "full" / "latest_checkpointed_iteration.txt").write_text("20\n")
+    results = tmp_path / "report" / "results.json"
+    results.parent.mkdir()
+
+    def report() -> Command | str:
+        return next(a.resolve() for a in actions(s, "report") if a.key == "report")
+
+    assert isinstance(report(), Command)
+    results.write_text(json.dumps({"runs": [{"method": "full"}]}))
+    assert report() == f"report up to date: {tmp_path / 'report' / 'report.md'}"
+    os.utime(tmp_path / "runs" / "full" / "metrics.jsonl", (results.stat().st_mtime + 5,) * 2)
+    assert isinstance(report(), Command)  # a run newer than the report
+    results.write_text(json.dumps({"runs": [{"method": "full"}], "failed": {"x": "y"}}))
+    assert isinstance(report(), Command)  # it listed a failure that is gone
