@@ -11,6 +11,11 @@ and ask for k+1: each decision sees what the actions before it wrote. That is ho
 resumes: finished datasets, conversions, upscalings, runs and exports are skipped, and the
 interrupted run continues from `--load` of its own save directory.
 
+Each action also names what it writes (`key`, its lock in $WORKDIR/locks: the launcher decides
+and runs it under that lock, so jobs sharing a WORKDIR never do one action twice at once) and
+the job of an ARRAY=1 submission that runs it (`part`: "prepare", its method, or "report";
+megatron_scale.recipe.array).
+
 A Command is "single" (one process: `python SCRIPT ARGS`, which may start its own ranks) or
 "train" (`python -m megatron_scale.train ARGS` on every rank); how either is launched (srun,
 torchrun, a container) is the launcher's business.

@@ -219,7 +219,7 @@ def test_shared_steps_ran_once_over_both_submissions(run: Run) -> None:
         assert len(train) == (2 if m == "full" else 1), (m, run.launches)
         assert len(_launched(run, "tools/convert_megatron_to_hf.py", str(w / "hf" / m))) == 1
     # the failing method: at most one attempt per submission, one after the other
-    assert 1 <= len(_launched(run, "--method", "lora")) <= 2
+    assert 1 <= len(_launched(run, "megatron_scale.train", "--method", "lora")) <= 2
     # the second report job found the report up to date, unless a failure record changed after the first
     assert 1 <= len(_launched(run, "tools/scale_report.py")) <= 2
     prep_logs = [run.log(s.prepare) for s in run.subs]
