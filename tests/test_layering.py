@@ -131,3 +131,13 @@ def test_every_transformer_config_comes_from_the_architecture_record() -> None:
                for n in ast.walk(ast.parse(p.read_text())))
     )
     assert makers == ["megatron_scale/model/args.py"]
+
+
+def test_the_recipe_launcher_side_needs_only_the_standard_library() -> None:
+    """examples/scale_korean.sh asks `python3 -m megatron_scale.recipe` (settings, steps, locks, the
+    ARRAY=1 submission) on the batch host, outside the container image: without site-packages
+    (`python -S`), the launcher's side must import."""
+    code = "import megatron_scale.recipe.__main__, megatron_scale.recipe.lock, megatron_scale.recipe.array"
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=PKG.parent, capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert r.returncode == 0, r.stderr
