@@ -61,12 +61,8 @@ def sbatch(args: list[str]) -> str:
 
 def submit(s: Settings, script: str, config: str, flags: Sequence[str], run: Sbatch = sbatch) -> list[str]:
     """Submit prepare -> methods array -> report; returns what to tell the user, one line each."""
-    bad = [f for f in flags if not f.startswith("-")]
-    if bad:
-        raise SettingsError(f"ARRAY=1: arguments after the config are sbatch flags; {bad[0]!r} is not one")
-    picked = [f.split("=", 1)[1] for f in flags if f.startswith("--array=")]
-    flags = [f for f in flags if not f.startswith("--array")]
-    indices = picked[-1] if picked else f"0-{len(s.methods) - 1}"
+    picked, flags = _take_array(list(flags))
+    indices = picked or f"0-{len(s.methods) - 1}"
     tasks = _indices(indices, s.methods)
     logs = s.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -89,6 +85,26 @@ def submit(s: Settings, script: str, config: str, flags: Sequence[str], run: Sba
               for i in tasks),
             f"report: job {report} (after every task of {methods} ends), log {logs}/report-{report}.out",
             f"watch: squeue -u $USER; tail -f {logs}/*.out"]
+
+
+def _take_array(flags: list[str]) -> tuple[str, list[str]]:
+    """sbatch's array flag (`--array=S`, `--array S`, `-a S`, `-aS`), and the other flags."""
+    spec, rest, i = "", [], 0
+    while i < len(flags):
+        f = flags[i]
+        if f in ("--array", "-a"):
+            if i + 1 == len(flags):
+                raise SettingsError(f"ARRAY=1: sbatch flag {f} without its value")
+            spec, i = flags[i + 1], i + 2
+            continue
+        if f.startswith("--array="):
+            spec = f.split("=", 1)[1]
+        elif f.startswith("-a") and not f.startswith("--"):
+            spec = f[2:]
+        else:
+            rest.append(f)
+        i += 1
+    return spec, rest
 
 
 def _indices(spec: str, methods: Sequence[str]) -> list[int]:

@@ -170,8 +170,11 @@ def test_submit_chains_prepare_methods_and_report(tmp_path: Path) -> None:
     assert [ln.split(":")[0] for ln in said] == ["prepare", "method scale-adapt", "report", "watch"]
     with pytest.raises(SettingsError, match=r"--array=3: the tasks are METHODS' indices, 0 \(scale-preserve\)"):
         submit(s, "x.sh", "cfg.env", ["--array=3"], run=sbatch)
-    with pytest.raises(SettingsError, match="'oops' is not one"):
-        submit(s, "x.sh", "cfg.env", ["oops"], run=sbatch)
+    calls.clear()  # sbatch's other spellings: a flag's value may be the next word
+    submit(s, "x.sh", "cfg.env", ["-t", "1:00:00", "--array", "0,2", "-A", "proj"], run=sbatch)
+    assert "--array=0,2" in calls[1] and all(c[-6:-2] == ["-t", "1:00:00", "-A", "proj"] for c in calls)
+    with pytest.raises(SettingsError, match="sbatch flag -a without its value"):
+        submit(s, "x.sh", "cfg.env", ["-a"], run=sbatch)
 
 
 def test_next_waits_while_another_job_holds_the_action(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
