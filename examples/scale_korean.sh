@@ -158,7 +158,8 @@ summary=$("$RECIPE" -m megatron_scale.recipe summary)   # checks the settings, m
 echo "repo $SCALE_REPO, python $PYTHON, $summary"
 # ---- the steps: ask the recipe for action k, launch it, ask for k+1 ------------------------------
 k=0 again=''
-trap 'rc=$?; "$RECIPE" -m megatron_scale.recipe exit "$k" "$rc" || true' EXIT   # locks; how it ended
+# on exit: release this job's locks, record how it ended; TERM ignored (a requeue's comes now)
+trap 'rc=$?; trap "" TERM; "$RECIPE" -m megatron_scale.recipe exit "$k" "$rc" || true' EXIT
 while :; do
   k=$((k + 1))
   [ "$STOPPING" = 1 ] && stop_job "stopped on a signal between steps"

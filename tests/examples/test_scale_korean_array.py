@@ -248,6 +248,9 @@ def test_the_killed_task_requeued_and_the_run_resumed(run: Run) -> None:
     assert second, text[-4000:]
     assert 1 <= run.stopped_at < ITERS
     assert "scale_korean.sh: requeued job" in first, first[-3000:]
+    assert "scale_korean.sh: SIG" not in first, "the batch shell got no signal (the requeue's SIGTERM is ignored)"
+    # it released its lock and recorded how it ended before the requeue ended it
+    assert "Terminated" not in first, first[-3000:]
     # the requeued task resumed the run itself, or found it done by the other submission's task
     # (which took the lock of the pending job as stale and resumed it)
     resumed = f"resuming from iteration {run.stopped_at} of {ITERS} saved in {run.work / 'runs' / 'full'}"
