@@ -121,6 +121,16 @@ def test_training_does_not_import_conversion() -> None:
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
+def test_evaluation_does_not_import_training() -> None:
+    """Checkpoints are evaluated through the model and its records (model/, convert/), never the
+    training loop's code: a run's evaluation must not depend on how it was trained."""
+    graph = _module_graph()
+    offenders = {m: sorted(d for d in deps if d.startswith(("megatron_scale.training", "megatron_scale.train")))
+                 for m, deps in graph.items() if m.startswith("megatron_scale.evaluation")}
+    assert any(m.startswith("megatron_scale.evaluation") for m in graph)
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
 def test_every_transformer_config_comes_from_the_architecture_record() -> None:
     """model/args.py LlamaArgs.transformer_config is the one place a TransformerConfig is made
     (the package and the tools; tests build their own tiny ones)."""
