@@ -90,7 +90,8 @@ def korean_regulation_documents() -> Iterator[str]:
                 if text:
                     yield text
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}: not the manual korean-rnd-regs-mcp 0.61.0 ships ({type(e).__name__}: {e})") from e
+            raise ValueError(f"{path}: not the manual korean-rnd-regs-mcp 0.61.0 ships "
+                             f"({type(e).__name__}: {e})") from e
 
 
 def _prose_paragraphs(topic: str) -> Iterator[str]:

