@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "micro-batch-size", "global-batch-size", "pretrain-iters", "task0-iters", "task1-iters",
                  "eval-interval", "eval-people", "freeze-layers", "lora-rank"):
         p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau"):
+    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
     p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,

@@ -62,6 +62,7 @@ class Settings:
     task1_iters: int = 200
     task1_lr: float = 1e-3
     task1_lrs: tuple[float, ...] = ()  # the frontier: every method at each of these LRs (empty: task1_lr alone)
+    task1_table_lr_mult: float | None = None  # task 1: the embedding/output tables (SCALE: E_up, W_out_up) at LR x this
     eval_interval: int = 20
     eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
     methods: tuple[str, ...] = METHODS
@@ -82,6 +83,8 @@ class Settings:
             raise ValueError("--task1-people must be at least 1")
         if self.eval_interval < 1:
             raise ValueError("--eval-interval must be at least 1")
+        if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
+            raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
         if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
             raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
 
@@ -124,11 +127,13 @@ def method_config(s: Settings, method: str) -> MethodConfig:
 
 
 def stage_config(base: TrainConfig, method: MethodConfig, *, data: str, lr: float, load: str | None = None,
-                 decay: str | None = None) -> TrainConfig:
-    """One stage's configuration: `base` with its method, dataset, LR and starting checkpoint."""
+                 decay: str | None = None, table_lr: float | None = None) -> TrainConfig:
+    """One stage's configuration: `base` with its method, dataset, LR (and the embedding/output
+    tables' decoupled LR) and starting checkpoint."""
     return dataclasses.replace(
         base, method=method, data=dataclasses.replace(base.data, data_path=(data,)),
-        optim=dataclasses.replace(base.optim, lr=lr, **({"lr_decay_style": decay} if decay else {})),
+        optim=dataclasses.replace(base.optim, lr=lr, decoupled_lr=table_lr,
+                                  **({"lr_decay_style": decay} if decay else {})),
         checkpoint=dataclasses.replace(base.checkpoint, load=load),
     )
 
@@ -219,8 +224,11 @@ def stage(path: str, s: Settings, run: Callable[[], dict[str, Any]], checkpoint:
     if os.path.exists(path) and (checkpoint is None or os.path.isdir(checkpoint)):  # a later stage loads it
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-        if doc["settings"] != json.loads(json.dumps(key)):
-            changed = sorted(k for k in key if doc["settings"].get(k) != json.loads(json.dumps(key[k])))
+        # a setting added since the file was written counts as its default there
+        defaults = asdict(Settings())
+        was = {k: doc["settings"].get(k, json.loads(json.dumps(defaults[k]))) for k in key}
+        if was != json.loads(json.dumps(key)):
+            changed = sorted(k for k in key if was[k] != json.loads(json.dumps(key[k])))
             raise StageMismatch(f"{path}: made by a run with other settings ({', '.join(changed)}); use another --out")
         progress(f"  done before: {path}")
         return doc["result"]
@@ -278,7 +286,8 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
         key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
         progress(f"task 1: {method} at lr {lr:g}")
         r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), s, lambda method=method, lr=lr: run_stage(
-            stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant"),
+            stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",
+                         table_lr=None if s.task1_table_lr_mult is None else lr * s.task1_table_lr_mult),
             iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
             save=None, progress=progress), None, progress)
         methods[key] = {"method": method, "lr": lr, **r}
