@@ -109,10 +109,14 @@ def test_the_parts_split_the_recipe(tmp_path: Path) -> None:
     parts = {p: [(a.step, a.key) for a in actions(s, p)] for p in ("prepare", *s.methods, "report")}
     assert sorted(a for got in parts.values() for a in got) == sorted(whole)
     assert len({k for _, k in whole}) == len(whole)  # one lock per action
-    assert [k for _, k in parts["prepare"]] == ["data", "base"]
+    assert [k for _, k in parts["prepare"]] == ["data", "base", "text-bytes"]
     assert [k for _, k in parts["scale-adapt"]] == ["upscale-scale-adapt", "train-scale-adapt", "export-scale-adapt"]
     assert [k for _, k in parts["full"]] == ["train-full", "export-full"]
     assert [k for _, k in parts["report"]] == ["report", "samples"]
+    # with BENCHMARKS: the base's in the preparation, each method's in its own task, after training
+    bench = _settings(tmp_path, BENCHMARKS="arc_easy")
+    assert [a.key for a in actions(bench, "prepare")] == ["data", "base", "text-bytes", "benchmark-base"]
+    assert [a.key for a in actions(bench, "full")] == ["train-full", "benchmark-full", "export-full"]
     env = {"SCALE_PART": "methods", "SLURM_ARRAY_TASK_ID": "1"}
     assert part_of(s, env) == "full" and part_of(s, {}) is None and part_of(s, {"SCALE_PART": "report"}) == "report"
     with pytest.raises(SettingsError, match="SLURM_ARRAY_TASK_ID='3'"):
@@ -215,7 +219,8 @@ def test_a_report_is_written_again_only_when_its_inputs_changed(tmp_path: Path) 
         (tmp_path / "runs" / run / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "runs" / "full" / "latest_checkpointed_iteration.txt").write_text("20\n")
     results = tmp_path / "report" / "results.json"
-    results.parent.mkdir()
+    (tmp_path / "report" / "eval").mkdir(parents=True)
+    (tmp_path / "report" / "eval" / "text_bytes.json").write_text("{}\n")  # bits per byte's input
 
     def report() -> Command | str:
         return next(a.resolve() for a in actions(s, "report") if a.key == "report")
