@@ -167,22 +167,27 @@ def setup(config: TrainConfig) -> Run:
 
 
 def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
-    """A Route model evaluated per character or word (its recorded router unit, or --route-unit)
-    gets the byte-level tokenizer's per-token codes (model/route_units.py), before any work."""
+    """A Route model gets the byte-level tokenizer's per-token codes (model/route_units.py) where
+    --tokenizer-model is one, so that evaluation can decide per character or word (its recorded
+    router unit, or --route-unit); a unit other than token without them is one error, before work."""
     heads = output_layers(model)
-    unit = cfg.logging.route_unit or (heads[0].unit if heads else "token")
-    if not heads or not heads[0].routed or unit == "token":
+    if not heads or not heads[0].routed:
         return
+    unit = cfg.logging.route_unit or heads[0].unit
+    flag = "--route-unit" if cfg.logging.route_unit else "the checkpoint's router unit (--scale-router-unit)"
     if cfg.model.tokenizer_model is None:
-        flag = "--route-unit" if cfg.logging.route_unit else "the checkpoint's router unit (--scale-router-unit)"
-        raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
+        if unit != "token":
+            raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
+        return
     from megatron_scale.model.route_units import piece_codes
     from megatron_scale.route_eval.units import token_bytes
 
     try:
         codes = piece_codes(token_bytes(cfg.model.tokenizer_model), heads[0].vocab_local * heads[0].tp_size)
     except ValueError as e:
-        raise FlagError(f"--tokenizer-model {cfg.model.tokenizer_model}: router unit {unit}: {e}") from e
+        if unit == "token":
+            return
+        raise FlagError(f"--tokenizer-model {cfg.model.tokenizer_model}: {flag} {unit}: {e}") from e
     set_unit_codes(model, codes)
 
 
