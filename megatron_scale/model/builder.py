@@ -70,14 +70,14 @@ class ScaleGPTModel(mc.GPTModel):
             )
 
     def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,
-                labels: Any = None, route_labels: Any = None, **kwargs: Any) -> Any:
+                labels: Any = None, *args: Any, route_labels: Any = None, **kwargs: Any) -> Any:
         """GPTModel.forward; the labels also reach the output layer, whose router decides per
         character or word of the predicted tokens when its unit says so (route_units.py).
         `route_labels`: the tokens predicted, for the router only (the logits are returned)."""
         if self.post_process:
             self.output_layer.unit_labels = labels if route_labels is None else route_labels
         try:
-            return super().forward(input_ids, position_ids, attention_mask, decoder_input, labels, **kwargs)
+            return super().forward(input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs)
         finally:
             if self.post_process:
                 self.output_layer.unit_labels = None
