@@ -4,16 +4,24 @@ project's training recipe.
     python tools/biography_benchmark.py --preset cpu --out runs/biography
     python tools/biography_benchmark.py --preset gpu --out runs/biography_gpu
     python tools/biography_benchmark.py --preset cpu --methods full scale-route --task1-iters 100
+    python tools/biography_benchmark.py --preset cpu --out runs/bio_frontier --task1-iters 800 \
+        --task1-lrs 3e-4 1e-3 3e-3 --seeds 1234 1235 1236      # the frontier (docs/biography.md)
 
 Pre-trains a small Llama-style model on biographies of synthetic people, fine-tunes it on QA
 for a subset of them (task 0), then per method trains QA on people it has never seen (task 1),
 measuring first-token accuracy on both tasks over the steps. Writes OUT/results.json (every
 number), OUT/table.md (also printed) and OUT/plot.png. Runs as one process (world size 1).
+
+With --task1-lrs every method runs at each LR; with --seeds the whole protocol runs once per seed
+under OUT/seed<N>/; either way OUT/frontier.{md,json,png} compares the methods at equal task-1
+learning (bio/frontier.py). Every stage a call finishes is kept (OUT/.../stages/*.json): calling
+again with the same flags runs only what is missing, so a long frontier survives being stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -21,8 +29,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
-from megatron_scale.bio.protocol import METHODS, Settings, run_protocol, settings_from
-from megatron_scale.bio.report import router_table, table, write_all
+from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
+from megatron_scale.bio.frontier import write_frontier
+from megatron_scale.bio.report import expansion_table, router_table, table, write_all
 
 PRESETS = {
     # Measured on 2 CPU cores: see docs/biography.md.
@@ -44,12 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (data, checkpoints, results.json, table.md, plot.png)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="the frontier: run the whole protocol once per seed, under OUT/seed<N>/")
+    p.add_argument("--task1-lrs", type=float, nargs="+", default=None,
+                   help="the frontier: every method at each of these task-1 LRs (default: --task1-lr alone)")
     for name in ("pretrain-people", "task0-people", "task1-people", "bios-per-person", "vocab-size", "num-layers",
                  "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
                  "micro-batch-size", "global-batch-size", "pretrain-iters", "task0-iters", "task1-iters",
                  "eval-interval", "eval-people", "freeze-layers", "lora-rank"):
         p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau"):
+    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
     p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
@@ -59,18 +72,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
-    settings = settings_from(ns, PRESETS[ns.preset])
+def run_one(settings: Settings, out: str, preset: str, command: str) -> dict:
     start = time.monotonic()
-    results = run_protocol(settings, ns.out, progress=lambda m: print(m, flush=True))
-    results["preset"] = ns.preset
-    results["command"] = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
-    paths = write_all(results, ns.out)
+    results = run_protocol(settings, out, progress=lambda m: print(m, flush=True))
+    results["preset"], results["command"] = preset, command
+    paths = write_all(results, out)
     print(table(results))
     print(router_table(results))
+    print(expansion_table(results))
     print(f"wrote {', '.join(paths.values())} in {time.monotonic() - start:.0f}s")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    if ns.seeds is not None and ns.seed is not None:
+        raise SystemExit("error: --seed and --seeds: give one of them")
+    if ns.seeds is not None and len(set(ns.seeds)) != len(ns.seeds):
+        raise SystemExit(f"error: --seeds must be distinct; got {ns.seeds}")
+    settings = settings_from(ns, PRESETS[ns.preset])
+    try:
+        settings.check()
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    command = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        all_results = run_all(ns, settings, command)
+    except StageMismatch as e:
+        raise SystemExit(f"error: {e}") from None
+    if ns.seeds is not None or ns.task1_lrs is not None:
+        paths = write_frontier(all_results, ns.out)
+        with open(paths["md"], encoding="utf-8") as f:
+            print(f.read())
+        print(f"wrote {', '.join(paths.values())}")
     return 0
+
+
+def run_all(ns: argparse.Namespace, settings: Settings, command: str) -> list[dict]:
+    """The protocol once, or once per --seeds under OUT/seed<N>/ (finished seeds read)."""
+    if ns.seeds is None:
+        all_results = [run_one(settings, ns.out, ns.preset, command)]
+    else:
+        all_results = [run_one(dataclasses.replace(settings, seed=seed), os.path.join(ns.out, f"seed{seed}"), ns.preset,
+                               command) for seed in ns.seeds]
+    return all_results
 
 
 if __name__ == "__main__":

@@ -92,7 +92,33 @@ def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 6
     if heads:
         result["preserve_fraction"] = heads[0].preserve_fraction
         result.update(route_diagnostics(model, items, heads[0].tau, heads[0].statistic, batch_size))
+    if output_layers(model):
+        result["expansion"] = expansion_effect(model, items, batch_size)
     return result
+
+
+def expansion_effect(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, float]:
+    """What the new output columns add at the answer position, z_a - z_p = W_out_up h_up: in a
+    Preserve (or Route) model the base's hidden states are untouched, so this term is the only way
+    its predictions on the old task can change. Means over the probes of: its norm relative to
+    z_p's, KL(softmax z_p || softmax z_a) in nats, and the share of probes whose argmax it changes
+    (world size 1: the logits are whole on this rank)."""
+    was_training = model.training
+    model.eval()
+    rel, kl, changed = [], [], []
+    try:
+        with torch.no_grad(), capturing(model) as layer:
+            for chunk, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
+                model(*inputs)
+                z_p, z_a = (z[last, rows].double() for z in layer.captured)  # [b, V]
+                rel.append((z_a - z_p).norm(dim=-1) / z_p.norm(dim=-1).clamp_min(1e-30))
+                logp, loga = torch.log_softmax(z_p, -1), torch.log_softmax(z_a, -1)
+                kl.append((logp.exp() * (logp - loga)).sum(-1))
+                changed.append((z_a.argmax(-1) != z_p.argmax(-1)).double())
+    finally:
+        model.train(was_training)
+    return {"relative_norm": float(torch.cat(rel).mean()), "kl_p_to_a": float(torch.cat(kl).mean()),
+            "argmax_changed": float(torch.cat(changed).mean())}
 
 
 def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:

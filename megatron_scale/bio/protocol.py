@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +28,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
+from megatron_scale.data.files import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.training.config import (
     DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
@@ -58,6 +61,8 @@ class Settings:
     task0_lr: float = 1e-3
     task1_iters: int = 200
     task1_lr: float = 1e-3
+    task1_lrs: tuple[float, ...] = ()  # the frontier: every method at each of these LRs (empty: task1_lr alone)
+    task1_table_lr_mult: float | None = None  # task 1: the embedding/output tables (SCALE: E_up, W_out_up) at LR x this
     eval_interval: int = 20
     eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
     methods: tuple[str, ...] = METHODS
@@ -78,6 +83,15 @@ class Settings:
             raise ValueError("--task1-people must be at least 1")
         if self.eval_interval < 1:
             raise ValueError("--eval-interval must be at least 1")
+        if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
+            raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
+        if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
+            raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
+
+    @property
+    def task1_grid(self) -> tuple[float, ...]:
+        """The task-1 learning rates each method runs at."""
+        return self.task1_lrs or (self.task1_lr,)
 
 
 def _single_process_env() -> None:
@@ -113,11 +127,13 @@ def method_config(s: Settings, method: str) -> MethodConfig:
 
 
 def stage_config(base: TrainConfig, method: MethodConfig, *, data: str, lr: float, load: str | None = None,
-                 decay: str | None = None) -> TrainConfig:
-    """One stage's configuration: `base` with its method, dataset, LR and starting checkpoint."""
+                 decay: str | None = None, table_lr: float | None = None) -> TrainConfig:
+    """One stage's configuration: `base` with its method, dataset, LR (and the embedding/output
+    tables' decoupled LR) and starting checkpoint."""
     return dataclasses.replace(
         base, method=method, data=dataclasses.replace(base.data, data_path=(data,)),
-        optim=dataclasses.replace(base.optim, lr=lr, **({"lr_decay_style": decay} if decay else {})),
+        optim=dataclasses.replace(base.optim, lr=lr, decoupled_lr=table_lr,
+                                  **({"lr_decay_style": decay} if decay else {})),
         checkpoint=dataclasses.replace(base.checkpoint, load=load),
     )
 
@@ -173,6 +189,8 @@ def run_stage(
         "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
         "per_attribute": {n: [c["per_attribute"] for c in v] for n, v in curves.items()},
         "preserve_fraction": {n: [c.get("preserve_fraction") for c in v] for n, v in curves.items()},
+        # SCALE methods: what W_out_up h_up does to each task's answers (bio/evaluate.expansion_effect)
+        "expansion": {n: [c["expansion"] for c in v] for n, v in curves.items() if v and "expansion" in v[0]},
         "route": {n: [{k: c[k] for k in ROUTE_KEYS if k in c} for c in v] for n, v in curves.items()
                   if any("tau_sweep" in c for c in v)},
         # per-probe router records of the last evaluation only (every statistic; bio/router.py)
@@ -188,8 +206,42 @@ def _sample(items: list, people: int, per_person: int, limit: int, seed: int) ->
     return [items[i * per_person + j] for i in chosen for j in range(per_person)]
 
 
+class StageMismatch(ValueError):
+    """An --out folder holds a stage made with other settings."""
+
+
+STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
+
+
+def stage(path: str, s: Settings, run: Callable[[], dict[str, Any]], checkpoint: str | None,
+          progress: Callable[[str], None]) -> dict[str, Any]:
+    """A stage's result, from `path` when an earlier call finished it with the same settings
+    (written atomically after the stage's checkpoint, so a killed run repeats only the stage it
+    was in) and its checkpoint is still there (stage files alone, copied from another machine,
+    rerun the stages that save one: they are deterministic); else the stage is run from scratch
+    (its partial checkpoint removed) and recorded."""
+    key = {k: v for k, v in asdict(s).items() if k not in STAGE_KEY_SKIPS}
+    if os.path.exists(path) and (checkpoint is None or os.path.isdir(checkpoint)):  # a later stage loads it
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        # a setting added since the file was written counts as its default there
+        defaults = asdict(Settings())
+        was = {k: doc["settings"].get(k, json.loads(json.dumps(defaults[k]))) for k in key}
+        if was != json.loads(json.dumps(key)):
+            changed = sorted(k for k in key if was[k] != json.loads(json.dumps(key[k])))
+            raise StageMismatch(f"{path}: made by a run with other settings ({', '.join(changed)}); use another --out")
+        progress(f"  done before: {path}")
+        return doc["result"]
+    if checkpoint and os.path.exists(checkpoint):
+        shutil.rmtree(checkpoint)
+    result = run()
+    atomic_write(path, (json.dumps({"settings": key, "result": result}) + "\n").encode("utf-8"))
+    return result
+
+
 def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every stage in order; returns the results (results.json's content)."""
+    """Every stage in order; returns the results (results.json's content). Stages finished by an
+    earlier call into the same `out_dir` with the same settings are read, not run again."""
     s.check()
     t0 = time.monotonic()
     os.makedirs(out_dir, exist_ok=True)
@@ -213,30 +265,36 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     base = base_config(s, os.path.join(data, "tokenizer"))
     full = MethodConfig(method="full")
     ckpt = os.path.join(out_dir, "checkpoints")
+    stages = os.path.join(out_dir, "stages")
+    os.makedirs(stages, exist_ok=True)
     progress("pretrain: full, biographies of the pre-training group")
-    pretrain = run_stage(stage_config(base, full, data=bio_prefix, lr=s.pretrain_lr),
-                         iters=s.pretrain_iters, evals={}, eval_interval=s.eval_interval,
-                         save=os.path.join(ckpt, "pretrain"), progress=progress)
+    pretrain = stage(os.path.join(stages, "pretrain.json"), s, lambda: run_stage(
+        stage_config(base, full, data=bio_prefix, lr=s.pretrain_lr), iters=s.pretrain_iters, evals={},
+        eval_interval=s.eval_interval, save=os.path.join(ckpt, "pretrain"), progress=progress),
+        os.path.join(ckpt, "pretrain"), progress)
     progress(f"  {pretrain['seconds']:.1f}s, loss {pretrain['loss'][0]:.3f} -> {pretrain['loss'][-1]:.3f}")
     progress("task 0: full, QA of the task-0 group")
-    task0_run = run_stage(
+    task0_run = stage(os.path.join(stages, "task0.json"), s, lambda: run_stage(
         stage_config(base, full, data=qa0_prefix, lr=s.task0_lr,
                      load=str(iteration_dir(os.path.join(ckpt, "pretrain"), s.pretrain_iters))),
         iters=s.task0_iters, evals={"task0": probes0}, eval_interval=s.eval_interval,
-        save=os.path.join(ckpt, "task0"), progress=progress)
+        save=os.path.join(ckpt, "task0"), progress=progress), os.path.join(ckpt, "task0"), progress)
     task0_ckpt = str(iteration_dir(os.path.join(ckpt, "task0"), s.task0_iters))
     methods: dict[str, Any] = {}
-    for method in s.methods:
-        progress(f"task 1: {method}")
-        methods[method] = run_stage(
-            stage_config(base, method_config(s, method), data=qa1_prefix, lr=s.task1_lr, load=task0_ckpt,
-                         decay="constant"),
+    grid = s.task1_grid
+    for method, lr in ((m, lr) for m in s.methods for lr in grid):
+        key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
+        progress(f"task 1: {method} at lr {lr:g}")
+        r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), s, lambda method=method, lr=lr: run_stage(
+            stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",
+                         table_lr=None if s.task1_table_lr_mult is None else lr * s.task1_table_lr_mult),
             iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
-            save=None, progress=progress)
-        progress(f"  {methods[method]['seconds']:.1f}s")
-        if methods[method]["final_records"]:
-            methods[method]["router"] = router.analyse(methods[method]["final_records"])
-            for line in router.summary_lines(methods[method]["router"]):
+            save=None, progress=progress), None, progress)
+        methods[key] = {"method": method, "lr": lr, **r}
+        progress(f"  {r['seconds']:.1f}s")
+        if r["final_records"]:
+            methods[key]["router"] = router.analyse(r["final_records"])
+            for line in router.summary_lines(methods[key]["router"]):
                 progress("  " + line)
     return {
         "settings": asdict(s),

@@ -84,6 +84,27 @@ def router_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def expansion_table(results: dict[str, Any]) -> str:
+    """Per SCALE method, at mid-way and the end of task 1: what the new output columns
+    W_out_up h_up add to the answer logits of each task (bio/evaluate.expansion_effect), beside
+    the task-0 accuracy lost. In Preserve and Route this term is the only way task 0 can change."""
+    rows = [(m, r) for m, r in results["methods"].items() if r.get("expansion")]
+    if not rows:
+        return ""
+    lines = [
+        "What the new output columns add at the answer position, z_a - z_p = W_out_up h_up (task 0 / task 1):\n",
+        "| method | step | norm relative to z_p | KL from z_p to z_a, nats | argmax changed | task-0 accuracy lost |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, r in rows:
+        e0, e1, steps, acc0 = r["expansion"]["task0"], r["expansion"]["task1"], r["steps"], r["accuracy"]["task0"]
+        for i in sorted({len(steps) // 2, len(steps) - 1}):
+            lines.append(f"| {method} | {steps[i]} | {e0[i]['relative_norm']:.3f} / {e1[i]['relative_norm']:.3f} | "
+                         f"{e0[i]['kl_p_to_a']:.3f} / {e1[i]['kl_p_to_a']:.3f} | "
+                         f"{e0[i]['argmax_changed']:.3f} / {e1[i]['argmax_changed']:.3f} | {acc0[0] - acc0[i]:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: dict[str, Any], path: str) -> None:
     """Two panels over task-1 steps: task-0 retention and task-1 learning, one line per method."""
     try:
@@ -121,7 +142,8 @@ def write_all(results: dict[str, Any], out_dir: str) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, n) for k, n in (("json", "results.json"), ("table", "table.md"), ("plot", "plot.png"))}
     write_json(paths["json"], results)
-    atomic_write(paths["table"], (table(results) + "\n" + router_table(results)).encode("utf-8"))
+    atomic_write(paths["table"], (table(results) + "\n" + router_table(results) + "\n" + expansion_table(results)
+                                  ).encode("utf-8"))
     plot(results, paths["plot"])
     for method, r in results["methods"].items():
         if r.get("router"):

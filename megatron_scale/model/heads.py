@@ -54,6 +54,9 @@ class _VocabParallel(nn.Module):
         )
 
     def _mark(self, p: nn.Parameter) -> None:
+        # the expansion tables are the model's trainable embedding and output parameters: the
+        # ones megatron-core's --decoupled-lr (OptimizerConfig.decoupled_lr) gives their own LR
+        p.is_embedding_or_output_parameter = True  # type: ignore[attr-defined]
         if self.tp_size > 1:
             mc.tensor_parallel.set_tensor_model_parallel_attributes(p, is_parallel=True, dim=0, stride=1)
 

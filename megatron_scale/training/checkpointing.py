@@ -210,7 +210,7 @@ def _load_optimizer(optimizer: Any, state: dict) -> None:
 
 def save_run(
     save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
-    layout: SavedLayout, model_args: dict[str, Any] | None = None,
+    layout: SavedLayout, model_args: dict[str, Any] | None = None, optim: dict[str, Any] | None = None,
 ) -> Path:
     """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
     architecture, training/plan.py) goes into the common state for the export tool; `layout`
@@ -223,7 +223,7 @@ def save_run(
             "rng_state": _rng_object(_rng_state()),
             TRAIN_STATE: {
                 "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
-                "adam_step": _adam_step(optimizer),
+                "adam_step": _adam_step(optimizer), **({"optim": optim} if optim is not None else {}),
             },
         }
 

@@ -32,7 +32,7 @@ from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.model import load_initial_weights
-from megatron_scale.training.optim import build_optimizer, build_scheduler
+from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
 from megatron_scale.training.reshard import same_grid
 from megatron_scale.training.say_once import say_error_once
@@ -62,7 +62,7 @@ class Run:
 
     def save(self) -> None:
         save_run(self.config.checkpoint.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
-                 self.layout, self.model_args)
+                 self.layout, self.model_args, decoupled_record(self.config.optim))
 
 
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:

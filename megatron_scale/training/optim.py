@@ -38,6 +38,12 @@ class OptimConfig:
     """Adam beta1."""
     adam_beta2: float = field(default=0.95, metadata=flag("--adam-beta2"))
     """Adam beta2."""
+    decoupled_lr: float | None = field(default=None, metadata=flag("--decoupled-lr"))
+    """Peak LR of the trainable embedding and output parameters (megatron-core's decoupled LR; for
+    SCALE the expansion tables E_up and W_out_up, the only way a Preserve model changes its
+    output). Default: --lr."""
+    decoupled_min_lr: float | None = field(default=None, metadata=flag("--decoupled-min-lr"))
+    """The LR the decoupled LR decays to (default: --min-lr)."""
 
     def validate(self, train_iters: int) -> None:
         """What megatron-core's scheduler only asserts on: warm-up below the decay horizon, min LR <= LR."""
@@ -46,6 +52,13 @@ class OptimConfig:
             raise ValueError(f"--lr {self.lr} / --min-lr {self.min_lr}: learning rates must be >= 0")
         if self.min_lr > self.lr:
             raise ValueError(f"--min-lr {self.min_lr} is above --lr {self.lr}")
+        if self.decoupled_min_lr is not None and self.decoupled_lr is None:
+            raise ValueError("--decoupled-min-lr needs --decoupled-lr")
+        if self.decoupled_lr is not None:
+            low = self.min_lr if self.decoupled_min_lr is None else self.decoupled_min_lr
+            if self.decoupled_lr < 0 or low < 0 or low > self.decoupled_lr:
+                raise ValueError(f"--decoupled-lr {self.decoupled_lr} / --decoupled-min-lr {low}: must be >= 0, "
+                                 "the minimum not above the peak")
         if self.lr_warmup_iters < 0:
             raise ValueError(f"--lr-warmup-iters {self.lr_warmup_iters}: must be >= 0")
         horizon = ("--lr-decay-iters", self.lr_decay_iters) if self.lr_decay_iters else ("--train-iters", train_iters)
@@ -66,9 +79,19 @@ def build_optimizer(config: OptimConfig, ddp: Any, *, bf16: bool, params_dtype: 
             optimizer="adam", lr=config.lr, min_lr=config.min_lr, weight_decay=config.weight_decay,
             adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2, clip_grad=config.clip_grad,
             bf16=bf16, params_dtype=params_dtype, use_distributed_optimizer=distributed,
+            decoupled_lr=config.decoupled_lr,
+            decoupled_min_lr=config.min_lr if config.decoupled_min_lr is None and config.decoupled_lr is not None
+            else config.decoupled_min_lr,
         ),
         [ddp],
     )
+
+
+def decoupled_record(config: OptimConfig) -> dict[str, float | None]:
+    """What a run checkpoint records of the decoupled LR, so a resume can refuse a change
+    (megatron-core restores each parameter group's LR from the checkpoint, not from the flags)."""
+    low = config.min_lr if config.decoupled_min_lr is None and config.decoupled_lr is not None else config.decoupled_min_lr
+    return {"decoupled_lr": config.decoupled_lr, "decoupled_min_lr": low}
 
 
 def build_scheduler(config: OptimConfig, optimizer: Any, *, train_iters: int, global_batch_size: int) -> Any:

@@ -34,6 +34,7 @@ from megatron_scale.model.lora import LoraSettings
 from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
 from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
 from megatron_scale.training.config import TrainConfig, default_llama_pro_blocks
+from megatron_scale.training.optim import decoupled_record
 from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
@@ -196,6 +197,12 @@ def check_resumed_schedule(cfg: TrainConfig, train_state: dict[str, Any], where:
             was = sched[key] // gb if key.endswith("_steps") else sched[key]
             raise ValueError(f"{where}: the run being resumed has {flag} {was}, not {shown} "
                              "(megatron-core's LR schedule cannot change on resume)")
+    recorded = train_state.get("optim") or {"decoupled_lr": None, "decoupled_min_lr": None}  # older runs: none
+    for key, value in decoupled_record(o).items():
+        if recorded.get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"{where}: the run being resumed has {flag} {recorded.get(key)}, not {value} "
+                             "(each parameter group's LR is restored from the checkpoint)")
 
 
 def resolve_vocab(cfg: TrainConfig) -> None:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,84 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     assert (out / "router_scale-route.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| max-prob |" in table and "| cosine |" in table
     assert "--methods full scale-route" in results["command"]
+    # what the new output columns add: nothing before the first step (W_out_up starts at zero),
+    # something once trained; only SCALE methods have the term
+    assert "expansion" not in results["methods"]["full"] or not results["methods"]["full"]["expansion"]
+    e = route["expansion"]
+    for key in ("task0", "task1"):
+        assert len(e[key]) == 3 and e[key][0] == {"relative_norm": 0.0, "kl_p_to_a": 0.0, "argmax_changed": 0.0}
+        assert e[key][-1]["relative_norm"] > 0 and e[key][-1]["kl_p_to_a"] >= 0
+    assert "| scale-route | 4 |" in table and "KL from z_p to z_a" in table
+
+
+def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp_path: Path) -> None:
+    from megatron_scale.evaluation.frontier import Run, summarise
+
+    out = tmp_path / "frontier"
+    cmd = [sys.executable, str(ROOT / "tools" / "biography_benchmark.py"), "--preset", "cpu", "--out", str(out),
+           "--methods", "full", "scale-route", "--task1-lrs", "1e-3", "1e-2", "--seeds", "3", "4",
+           "--pretrain-people", "12", "--task0-people", "6", "--task1-people", "3", "--bios-per-person", "2",
+           "--vocab-size", "400", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
+           "--num-query-groups", "4", "--ffn-hidden-size", "128", "--seq-length", "32", "--micro-batch-size", "4",
+           "--global-batch-size", "4", "--pretrain-iters", "4", "--task0-iters", "2", "--task1-iters", "4",
+           "--eval-interval", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seeds = {s: json.loads((out / f"seed{s}" / "results.json").read_text()) for s in (3, 4)}
+    doc = json.loads((out / "frontier.json").read_text())
+    runs = [Run(r["method"], r["lr"], r["seed"], tuple(tuple(p) for p in r["curve"])) for r in doc["runs"]]
+    for seed, results in seeds.items():
+        assert results["settings"]["seed"] == seed
+        assert list(results["methods"]) == ["full@0.001", "full@0.01", "scale-route@0.001", "scale-route@0.01"]
+        for key, r in results["methods"].items():
+            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (r["method"], r["lr"], seed)]
+            assert run.curve == tuple(zip(r["accuracy"]["task1"], r["accuracy"]["task0"], strict=True)), key
+        assert results["methods"]["full@0.001"]["loss"] != results["methods"]["full@0.01"]["loss"]  # the LR took
+        stats = results["methods"]["scale-route@0.01"]["router"]["statistics"]
+        for stat, a in stats.items():  # each statistic's tau sweep is a frontier of its own
+            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (f"scale-route[{stat}]", 0.01, seed)]
+            assert run.curve == tuple((p["task1"], p["task0"]) for p in a["points"])
+    assert len(runs) == 2 * (4 + 2 * 4)  # per seed: 4 curves and 4 statistics' sweeps at 2 LRs
+    # the written summary is evaluation/frontier.py's on these curves
+    summary = summarise(runs, doc["levels"])
+    assert sorted(doc["summary"]) == sorted(summary) and "scale-route[cosine]" in summary
+    for method, s in summary.items():
+        assert doc["summary"][method]["area"] == pytest.approx(vars(s["area"]), nan_ok=True)
+        for level, v in s["levels"].items():
+            assert doc["summary"][method]["levels"][str(level)] == pytest.approx(vars(v), nan_ok=True)
+    table = (out / "frontier.md").read_text()
+    assert table in done.stdout and "| full | 2 |" in table and "task 0 at task 1 = 0.95" in table
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a second call reads every finished stage instead of training it again, and says so
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("done before:") == 2 * 6 and "    step " not in again.stdout
+    assert json.loads((out / "frontier.json").read_text()) == doc
+    # a seed killed mid-way: only its unfinished stage runs again, and gives the same numbers
+    seed4 = out / "seed4"
+    (seed4 / "results.json").unlink()
+    (seed4 / "stages" / "task1_full_lr0.01.json").unlink()
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("done before:") == 2 * 6 - 1 and resumed.stdout.count("    step ") == 3  # 0, 2, 4
+    again4 = json.loads((seed4 / "results.json").read_text())
+    for key, r in seeds[4]["methods"].items():
+        assert again4["methods"][key]["accuracy"] == r["accuracy"] and again4["methods"][key]["loss"] == r["loss"], key
+    # stage files without the checkpoints (copied elsewhere): the two saving stages run again, the
+    # same to the bit, and the task-1 stages are read
+    shutil.rmtree(seed4 / "checkpoints")
+    copied = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT, check=False)
+    assert copied.returncode == 0, copied.stderr[-3000:]
+    assert copied.stdout.count("done before:") == 2 * 6 - 2
+    assert json.loads((seed4 / "results.json").read_text())["task0"]["accuracy"] == seeds[4]["task0"]["accuracy"]
+    # stage files of other settings are never mixed in: one error naming the setting
+    (seed3_results := out / "seed3" / "results.json").unlink()
+    other = subprocess.run([*cmd, "--task1-iters", "6"], capture_output=True, text=True, timeout=120, env=env,
+                           cwd=ROOT, check=False)
+    assert other.returncode != 0 and "made by a run with other settings (task1_iters)" in other.stderr, other.stderr[-2000:]
+    assert "Traceback" not in other.stderr
+    assert not seed3_results.exists()
+    bad = subprocess.run([*cmd[:6], "--task1-lrs", "1e-3", "0"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=ROOT, check=False)
+    assert bad.returncode != 0 and "--task1-lrs must be distinct positive" in bad.stderr

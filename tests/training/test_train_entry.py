@@ -494,3 +494,34 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
         extra = flags[2:] if flags[0] == "--method" else flags
         with pytest.raises(FlagError, match=named):
             checked(*extra, method=flags[1] if flags[0] == "--method" else "full", load=run_dir)
+
+
+def test_decoupled_lr_gives_the_expansion_tables_their_own_lr(work: dict, preserve_run: dict) -> None:
+    """--decoupled-lr (megatron-core's decoupled LR): E_up and W_out_up, the trainable embedding and
+    output parameters, at their own LR. At 0 they keep their zero init while the rest of the
+    expansion learns (in the uninterrupted Preserve run they moved); the checkpoint records it and
+    a resume with another is refused by name, before any step."""
+    from megatron_scale.convert.megatron_io import MegatronReader
+
+    save = work["root"] / "decoupled0"
+    got = losses(train(1, work["root"] / "decoupled0.jsonl", "--method", "scale-preserve", "--train-iters", "4",
+                       "--data-path", work["ko"], "--load", work["base_ckpt"], "--save", str(save),
+                       "--decoupled-lr", "0"))
+    assert sorted(got) == [1, 2, 3, 4] and len(set(got.values())) == 4  # the model still trains
+
+    def tables(ckpt: Path | str) -> dict[str, torch.Tensor]:
+        reader = MegatronReader(ckpt)
+        return {k: reader.get(k) for k in ("embedding.word_embeddings.weight_up", "output_layer.weight_up")}
+
+    frozen, trained = tables(save / "iter_0000004"), tables(preserve_run["ckpt"])
+    for key in frozen:
+        assert not frozen[key].any(), key  # still the zero init
+        assert trained[key].abs().max() > 0, key
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    again = subprocess.run(command(1, "--method", "scale-preserve", "--train-iters", "4", "--data-path", work["ko"],
+                                   "--load", str(save), "--save", str(save), "--decoupled-lr", "1e-3"),
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode != 0
+    said = [line for line in again.stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "--decoupled-lr 0.0, not 0.001" in said[0], again.stderr[-3000:]
+    assert sorted(p.name for p in save.iterdir() if p.name.startswith("iter_")) == ["iter_0000004"]
