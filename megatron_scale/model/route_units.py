@@ -95,10 +95,10 @@ def joins(codes: torch.Tensor, prev: torch.Tensor, cur: torch.Tensor, unit: str)
 def unit_starts(codes: torch.Tensor, labels: torch.Tensor, unit: str) -> torch.Tensor:
     """[..., seq] bool: whether the label at each position starts a unit (the first of every row
     does)."""
+    check_unit(unit)
     out = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
     if unit != "token" and labels.shape[-1] > 1:
         out[..., 1:] = ~joins(codes, labels[..., :-1], labels[..., 1:], unit)
-    check_unit(unit)
     return out
 
 
@@ -106,7 +106,9 @@ def first_of_units(values: torch.Tensor, starts: torch.Tensor, dim: int = -1,
                    carry: torch.Tensor | None = None) -> torch.Tensor:
     """Each position's value replaced by the value at the first position of its unit (`starts`
     marks unit beginnings along `dim`). Positions before the first start of a row continue a unit
-    begun earlier: they take `carry` (that row's value, the shape of `values` without `dim`)."""
+    begun earlier: they take `carry` (that row's value, the shape of `values` without `dim`);
+    without a carry every row must start at its first position (unit_starts' rows do). No host
+    sync: this runs in every routed forward."""
     dim = dim % values.dim()
     shape = [1] * values.dim()
     shape[dim] = values.shape[dim]
@@ -114,8 +116,6 @@ def first_of_units(values: torch.Tensor, starts: torch.Tensor, dim: int = -1,
     first = torch.where(starts, pos, torch.full_like(pos, -1)).cummax(dim).values
     out = values.gather(dim, first.clamp_min(0))
     if carry is None:
-        if bool((first < 0).any()):
-            raise ValueError("first_of_units: a row does not start a unit and no carry was given")
         return out
     return torch.where(first < 0, carry.unsqueeze(dim), out)
 
