@@ -2,7 +2,8 @@
 
     [prepare the demo model] -> data -> [pre-train the tiny base | convert the HF base]
          -> per method: [upscale] -> train [-> scale-route: sweep its router over every tau]
-         -> evaluate (the report) -> per method: export to HF [-> lm-eval]
+         -> evaluate: held-out bytes [, benchmarks of the base and every method], the report
+         -> per method: export to HF [-> lm-eval]
 
 `actions(settings)` lists every action in order, each a step title and a `resolve()` that looks at
 $WORKDIR when called and returns either a message (done: skipped) or a Command. The list itself
@@ -128,11 +129,15 @@ class Recipe:
         return [*first, *(self._preprocess(prefix, raw) for prefix, raw in sources)]
 
     def demo_corpora(self) -> Command | str:
-        """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer."""
+        """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer, with the larger
+        ones (the modern English passages, evaluated as en_passages; the Korean R&D manuals,
+        ko_rnd_*, for KO_TRAIN_INPUT / KO_EVAL_INPUT globs such as demo_raw/ko*_train.jsonl)."""
         out = demo_raw(self.s.data_dir)
-        if all((out / f"{n}.jsonl").is_file() for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")):
+        names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
+                 "ko_rnd_valid")
+        if all((out / f"{n}.jsonl").is_file() for n in names):
             return f"demo corpora (raw JSONL) ready in {out}"
-        return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only")
+        return _single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger")
 
     def demo_model(self) -> Command | str:
         """DEMO_MODEL=1: SmolLM2-135M-Instruct as a Hugging Face folder at HF_MODEL (the tool checks
@@ -213,6 +218,46 @@ class Recipe:
                        "--calibration-old-data", self.en_eval, "--calibration-new-data", self.ko_eval,
                        "--calibration-skip", n)
 
+    def eval_dir(self) -> Path:
+        return self.s.workdir / "report" / "eval"
+
+    def held_out(self) -> dict[str, str]:
+        """Every held-out set the runs evaluate, by name (en, ko, then the extra old-domain sets)."""
+        return {"en": str(self.en_eval), "ko": str(self.ko_eval), **{n: str(p) for n, p in self.extra.items()}}
+
+    def text_bytes(self) -> Command | str:
+        """Tokens, UTF-8 bytes and characters of each held-out set: the report turns every
+        evaluation's per-token loss on them into bits per byte. Done when text_bytes.json records
+        these sets and tokenizer."""
+        out = self.eval_dir() / "text_bytes.json"
+        sets = self.held_out()
+        try:
+            got = json.loads(out.read_text())
+            if got["tokenizer"] == self.tokenizer and {n: r["prefix"] for n, r in got["sets"].items()} == sets:
+                return f"held-out bytes counted: {out}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return _single("tools/text_bytes.py", "--tokenizer-model", self.tokenizer,
+                       *(a for n, p in sets.items() for a in ("--data", f"{n}={p}")), "--output", out)
+
+    def benchmark(self, name: str) -> Command | str:
+        """BENCHMARKS on the base's checkpoint (name "base") or a method's last one. Done when its
+        JSON records that checkpoint, the tasks and the limit."""
+        s = self.s
+        ckpt = self.base() if name == "base" else last_ckpt(self.run_dir(name))
+        out = self.eval_dir() / f"{name}.json"
+        limit = s.benchmark_limit or None
+        try:
+            got = json.loads(out.read_text())
+            if (got["checkpoint"], got["limit"], sorted(got["results"])) == (
+                    str(ckpt), limit, sorted(s.benchmarks.split(","))):
+                return f"benchmarks scored: {out}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return _single("tools/eval_benchmarks.py", "--load", ckpt, "--tokenizer", self.tokenizer,
+                       "--tasks", s.benchmarks, *(["--limit", limit] if limit else []),
+                       "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--output", out)
+
     def report(self) -> Command:
         """The base's numbers: the tiny base's last evaluation, or (converted base) the first
         method's iteration-0 evaluation, made before its first step."""
@@ -224,7 +269,10 @@ class Recipe:
         runs = [a for m in s.methods for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")]
         old = [a for name in ("en", *self.extra) for a in ("--old", name)]
         sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) else []
-        return _single("tools/scale_report.py", *base, *runs, *old, "--output", s.workdir / "report", *sweep)
+        bench = [a for m in ("base", *s.methods) for a in ("--benchmarks", f"{m}={self.eval_dir() / f'{m}.json'}")
+                 ] if s.benchmarks else []
+        return _single("tools/scale_report.py", *base, *runs, "--text-bytes", self.eval_dir() / "text_bytes.json",
+                       *bench, *old, "--output", s.workdir / "report", *sweep)
 
     def export(self, method: str) -> Command | str:
         s, out = self.s, self.s.workdir / "hf" / method
@@ -265,7 +313,11 @@ def actions(s: Settings) -> list[Action]:
         if m == "scale-route" and sweeps(s):
             steps.append(("sweep SCALE-Route's router: every tau of every statistic on the held-out sets",
                           [r.route_sweep]))
-    steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity", [r.report]))
+    bench: list[Callable[[], Command | str]] = (
+        [lambda m=m: r.benchmark(m) for m in ("base", *s.methods)] if s.benchmarks else [])
+    steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity and bits per byte"
+                  + (f", benchmark accuracy before and after ({s.benchmarks})" if s.benchmarks else ""),
+                  [r.text_bytes, *bench, r.report]))
     if s.export:
         for m in s.methods:
             todo: list[Callable[[], Command | str]] = [lambda m=m: r.export(m)]
