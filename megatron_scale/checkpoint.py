@@ -6,9 +6,9 @@ checkpoint's common state (records.py reads and names them):
     scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
                           of another geometry stops with a message naming the first differing field.
                           It also records the router's default (router_tau, router_statistic,
-                          router_direction), which is not geometry: a model with other router
-                          settings loads it (checkpoints written before router_statistic or
-                          router_direction existed lack them: cosine, above)
+                          router_direction, router_unit), which is not geometry: a model with other
+                          router settings loads it (checkpoints written before router_statistic,
+                          router_direction or router_unit existed lack them: cosine, above, token)
     scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
                           or the presence of adapters, differ from the model's
 The model's sharded state dict is built once per save and once per load; the digest is taken

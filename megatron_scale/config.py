@@ -31,9 +31,13 @@ ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 # Which side of tau keeps the preservation head z_p: "above" (statistic >= tau, the paper's) or
 # "below" (statistic <= tau), for a statistic that is lower on old-domain tokens (issue 35).
 ROUTER_DIRECTIONS = ("above", "below")
+# What one routing decision covers: every token (the paper's), or all the tokens of one UTF-8
+# character or of one whitespace-delimited word, which take their unit's first token's decision
+# (model/route_units.py; issue 35: a byte-level tokenizer splits a Hangul syllable into byte tokens).
+ROUTER_UNITS = ("token", "char", "word")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
-ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction")
+ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
 
 _log = logging.getLogger(__name__)
 
@@ -89,6 +93,10 @@ class ScaleConfig:
     router_direction: str = field(default="above", metadata=flag("--scale-router-direction", choices=ROUTER_DIRECTIONS))
     """route: which side of tau keeps the preservation head: above (statistic >= tau, the paper's)
     | below (statistic <= tau, for a statistic lower on old-domain tokens; calibration picks it)."""
+    router_unit: str = field(default="token", metadata=flag("--scale-router-unit", choices=ROUTER_UNITS))
+    """route: what one decision covers: token (the paper's) | char (all tokens of one UTF-8
+    character) | word (of one whitespace-delimited word); a unit takes its first token's decision.
+    char/word need the byte-level tokenizer at evaluation and export."""
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -106,7 +114,8 @@ class ScaleConfig:
             variant=dims.variant, init=dims.init, init_std=dims.init_std, adapt_layers=adapt_layers,
             adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
             route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
-            router_statistic=dims.router_statistic, router_direction=dims.router_direction, seed=dims.seed,
+            router_statistic=dims.router_statistic, router_direction=dims.router_direction,
+            router_unit=dims.router_unit, seed=dims.seed,
         )
 
 
@@ -132,6 +141,7 @@ class ScaleDims:
     router_tau: float = 0.5
     router_statistic: str = "cosine"
     router_direction: str = "above"
+    router_unit: str = "token"
     seed: int = 1234
 
     @property
@@ -146,9 +156,10 @@ class ScaleDims:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
         """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
-        before router_statistic / router_direction existed lacks them: cosine / above. Any other
+        before router_statistic / router_direction / router_unit existed lacks them: cosine / above /
+        token. Any other
         missing or unknown key is one ScaleConfigError naming `where` (the checkpoint and its record)."""
-        given = {"router_statistic": "cosine", "router_direction": "above", **record}
+        given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", **record}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
         if unknown or missing:
@@ -202,8 +213,10 @@ def _fail(setting: str, msg: str) -> ScaleConfigError:
 
 
 def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str,
-                 direction: object = "above", direction_flag: str = "--scale-router-direction") -> None:
-    """A router setting (tau, statistic, direction) is usable, or one error naming the flag that is not."""
+                 direction: object = "above", direction_flag: str = "--scale-router-direction",
+                 unit: object = "token", unit_flag: str = "--scale-router-unit") -> None:
+    """A router setting (tau, statistic, direction, unit) is usable, or one error naming the flag
+    that is not."""
     if isinstance(tau, bool) or not isinstance(tau, int | float) or not math.isfinite(tau):
         raise ScaleConfigError(f"{tau_flag}: tau must be a finite number, got {tau!r}")
     if statistic not in ROUTER_STATISTICS:
@@ -214,6 +227,8 @@ def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: 
         raise ScaleConfigError(
             f"{direction_flag}: unknown router direction {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}"
         )
+    if unit not in ROUTER_UNITS:
+        raise ScaleConfigError(f"{unit_flag}: unknown router unit {unit!r}; choose one of {', '.join(ROUTER_UNITS)}")
 
 
 def _nearest_multiples(x: float, m: int) -> list[int]:
@@ -332,7 +347,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     if cfg.variant not in VARIANTS:
         raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
     check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic",
-                 cfg.router_direction, "--scale-router-direction")
+                 cfg.router_direction, "--scale-router-direction", cfg.router_unit, "--scale-router-unit")
     if cfg.init not in INITS:
         raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     _check_architecture(base)
@@ -389,6 +404,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         router_tau=float(cfg.router_tau),
         router_statistic=cfg.router_statistic,
         router_direction=cfg.router_direction,
+        router_unit=cfg.router_unit,
         seed=cfg.seed,
     )
     for note in size_notes(cfg, dims, tp):

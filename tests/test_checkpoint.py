@@ -6,8 +6,8 @@ rounding of the different all-reduce order, every global tensor bitwise equal), 
 loaded back at TP=2 (logits and tensors bitwise equal to the original). Then the refusals:
 a frozen tensor's bytes flipped on disk (digest mismatch), a model of another geometry, an
 existing target directory, a legacy pickled common.pt. A model differing only in its router's
-tau, statistic and direction (evaluation settings) loads, as does a record written before
-router_statistic and router_direction (read as cosine, above).
+tau, statistic, direction and unit (evaluation settings) loads, as does a record written before
+router_statistic, router_direction and router_unit (read as cosine, above, token).
 """
 
 from __future__ import annotations
@@ -111,23 +111,24 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
 
     # the router's settings are not geometry: a model with another tau/statistic loads, keeps its
     # own settings, and the record still holds the checkpoint's default
-    other = _build(2, router_tau=0.9, router_statistic="max-prob", router_direction="below")
+    other = _build(2, router_tau=0.9, router_statistic="max-prob", router_direction="below", router_unit="word")
     rec = load_checkpoint(other, root / "tp1")["scale"]["dims"]
     res["other_router_loads"] = torch.equal(_logits(other.train()), _logits(back.train()))
     res["router_record"] = (rec["router_tau"], rec["router_statistic"], rec["router_direction"],
-                            other.output_layer.tau, other.output_layer.direction)
+                            other.output_layer.tau, other.output_layer.direction, rec["router_unit"],
+                            other.output_layer.unit)
     # a checkpoint written before router_statistic and router_direction existed (its record lacks them) loads
     from megatron_scale.config import ScaleDims
     from megatron_scale.records import read_records
 
     to_record = ScaleDims.to_record
-    ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k not in ("router_statistic", "router_direction")}  # type: ignore[method-assign]
+    ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k not in ("router_statistic", "router_direction", "router_unit")}  # type: ignore[method-assign]
     try:
         save_checkpoint(back, root / "old_record")
     finally:
         ScaleDims.to_record = to_record  # type: ignore[method-assign]
     old_dims = load_checkpoint(_build(2), root / "old_record")["scale"]["dims"]
-    res["old_record_loads"] = "router_statistic" not in old_dims and "router_direction" not in old_dims
+    res["old_record_loads"] = all(k not in old_dims for k in ("router_statistic", "router_direction", "router_unit"))
     # the typed records: the geometry as the model has it (an old record's statistic: cosine)
     records = read_records(root / "tp1")
     res["records"] = (records.dims == back.scale_dims, records.is_scale, isinstance(records.digest, str),
@@ -165,7 +166,7 @@ def test_refusals_name_the_problem(results: list) -> None:
     for r in results:
         assert "exists" in r["existing_target"]
         assert r["other_router_loads"]
-        assert r["router_record"] == (0.5, "cosine", "above", 0.9, "below")
+        assert r["router_record"] == (0.5, "cosine", "above", 0.9, "below", "token", "word")
         assert r["old_record_loads"]
         assert r["records"] == (True, True, True, None, None, None)
         assert r["old_records_dims"]

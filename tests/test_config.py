@@ -164,19 +164,21 @@ def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp
     {}, {"variant": "adapt", "adapt_layers": (1, 3), "adapt_modules": ("fc1", "qkv")},
     {"variant": "route", "route_adapt": True, "router_tau": 0.7, "router_statistic": "max-prob", "seed": 7},
     {"variant": "route", "router_statistic": "cosine", "router_direction": "below"},
+    {"variant": "route", "router_direction": "below", "router_unit": "word"},
 ])
 def test_record_round_trip(settings: dict) -> None:
     """ScaleDims.to_record / from_record give back the same geometry; a record written before
-    router_statistic / router_direction existed reads as cosine / above; a missing or unknown key is
-    one error naming where."""
+    router_statistic / router_direction / router_unit existed reads as cosine / above / token; a
+    missing or unknown key is one error naming where."""
     from megatron_scale.config import ScaleDims
 
     dims = ScaleConfig(**settings).resolve(_base(), 2)
     record = dims.to_record()
     assert ScaleDims.from_record(record, where="ckpt") == dims
-    old = {k: v for k, v in record.items() if k not in ("router_statistic", "router_direction")}
+    old = {k: v for k, v in record.items() if k not in ("router_statistic", "router_direction", "router_unit")}
     assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
     assert ScaleDims.from_record(old, where="ckpt").router_direction == "above"
+    assert ScaleDims.from_record(old, where="ckpt").router_unit == "token"
     with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
         ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
     with pytest.raises(ScaleConfigError, match=r"^ckpt: .*unknown key\(s\) \['extra'\]"):
@@ -203,3 +205,12 @@ def test_router_direction_defaults_to_above_and_a_bad_one_names_its_flag() -> No
     assert ScaleConfig(variant="route", router_direction="below").resolve(_base(), 1).router_direction == "below"
     with pytest.raises(ScaleConfigError, match=r"^--scale-router-direction: unknown router direction 'under'"):
         ScaleConfig(variant="route", router_direction="under").resolve(_base(), 1)
+
+
+def test_router_unit_defaults_to_token_and_a_bad_one_names_its_flag() -> None:
+    """The paper's router decides per token; char / word are recorded like the direction."""
+    assert ScaleConfig(variant="route").resolve(_base(), 1).router_unit == "token"
+    dims = ScaleConfig(variant="route", router_unit="char").resolve(_base(), 1)
+    assert dims.router_unit == "char" and ScaleConfig.from_dims(dims).router_unit == "char"
+    with pytest.raises(ScaleConfigError, match=r"^--scale-router-unit: unknown router unit 'byte'"):
+        ScaleConfig(variant="route", router_unit="byte").resolve(_base(), 1)

@@ -148,6 +148,31 @@ def test_training_does_not_import_conversion() -> None:
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
+def test_evaluation_does_not_import_training() -> None:
+    """Checkpoints are evaluated through the model and its records (model/, convert/), never the
+    training loop's code: a run's evaluation must not depend on how it was trained."""
+    graph = _module_graph()
+    offenders = {m: sorted(d for d in deps if d.startswith(("megatron_scale.training", "megatron_scale.train")))
+                 for m, deps in graph.items() if m.startswith("megatron_scale.evaluation")}
+    assert any(m.startswith("megatron_scale.evaluation") for m in graph)
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_the_recipe_launcher_and_report_read_files_with_the_standard_library() -> None:
+    """recipe/settings.py, steps.py and __main__.py run on the batch host outside the container
+    (settings.py says why), and the report's tables read the JSON the evaluation steps wrote:
+    standard library and the recipe's own modules only (the report's plot: matplotlib)."""
+    allowed = set(sys.stdlib_module_names) | {"megatron_scale"}
+    got = {}
+    for name, extra in (("settings", ()), ("steps", ()), ("__main__", ()), ("bench_report", ()),
+                        ("route_report", ()), ("report", ("matplotlib",))):
+        bad = sorted(n for n in _imports(PKG / "recipe" / f"{name}.py")
+                     if n.split(".")[0] not in allowed | set(extra)
+                     or (n.startswith("megatron_scale.") and not n.startswith("megatron_scale.recipe")))
+        got[name] = bad
+    assert {k: v for k, v in got.items() if v} == {}
+
+
 def test_every_transformer_config_comes_from_the_architecture_record() -> None:
     """model/args.py LlamaArgs.transformer_config is the one place a TransformerConfig is made
     (the package and the tools; tests build their own tiny ones)."""
@@ -158,3 +183,13 @@ def test_every_transformer_config_comes_from_the_architecture_record() -> None:
                for n in ast.walk(ast.parse(p.read_text())))
     )
     assert makers == ["megatron_scale/model/args.py"]
+
+
+def test_the_recipe_launcher_side_needs_only_the_standard_library() -> None:
+    """examples/scale_korean.sh asks `python3 -m megatron_scale.recipe` (settings, steps, locks, the
+    ARRAY=1 submission) on the batch host, outside the container image: without site-packages
+    (`python -S`), the launcher's side must import."""
+    code = "import megatron_scale.recipe.__main__, megatron_scale.recipe.lock, megatron_scale.recipe.array"
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=PKG.parent, capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert r.returncode == 0, r.stderr

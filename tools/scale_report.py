@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Forgetting / learning table of the recipe's runs, from their metrics JSONL files.
+"""Forgetting / learning table of the recipe's runs, from their metrics JSONL files, with bits per
+byte (--text-bytes) and benchmark accuracy before and after (--benchmarks).
 
     python tools/scale_report.py --base runs/base/metrics.jsonl \
         --run scale-preserve=runs/scale-preserve/metrics.jsonl --run full=runs/full/metrics.jsonl \
@@ -27,24 +28,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", default="ko", help="evaluation set that measures learning")
     p.add_argument("--route-sweep", default=None, metavar="SWEEP_JSON",
                    help="tools/route_sweep.py's sweep.json (with --keep-old): adds the SCALE-Route section")
+    p.add_argument("--text-bytes", default=None, metavar="JSON",
+                   help="tools/text_bytes.py's output: bits per byte beside every perplexity, and in the curves")
+    p.add_argument("--benchmarks", action="append", default=[], metavar="MODEL=JSON",
+                   help="tools/eval_benchmarks.py's output per model, base=... first: the accuracy section (repeatable)")
+    p.add_argument("--failed", action="append", default=[], metavar="METHOD=WHY",
+                   help="a method that did not finish, and why (listed in the report; repeat for several)")
     args = p.parse_args(argv)
+    bench = {}
+    for item in args.benchmarks:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--benchmarks {item!r}: expected MODEL=JSON")
+        bench[name] = path
     runs = {}
     for item in args.run:
         method, sep, path = item.partition("=")
         if not sep or not method or not path:
             p.error(f"--run {item!r}: expected METHOD=METRICS")
         runs[method] = path
+    failed = dict(item.partition("=")[::2] for item in args.failed)
     from megatron_scale.recipe.report import write_report
 
     try:
         results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration,
-                               args.route_sweep)
+                               args.route_sweep, args.text_bytes, bench or None, failed)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2
     print(results["table"], end="")
-    if "route_sweep" in results:
-        print(results["route_sweep"]["section"], end="")
+    for part in ("route_sweep", "benchmarks"):
+        if part in results:
+            print(results[part]["section"], end="")
+    for method, why in failed.items():
+        print(f"not in the report: {method}: {why}")
     for claim, ok in results["checks"].items():
         print(f"{'yes' if ok else 'NO '}  {claim}")
     print(f"written: {args.output}/results.json, report.md, perplexity.png")

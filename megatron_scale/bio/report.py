@@ -56,8 +56,10 @@ def table(results: dict[str, Any]) -> str:
 
 
 def router_table(results: dict[str, Any]) -> str:
-    """For each Route method: per router statistic, the AUC of task 0 vs task 1 at the answer
-    position, the best tau (bio/router.py's rule) and the calibrated one, with both accuracies."""
+    """For each Route method: per router statistic, the side of tau that keeps z_p (the
+    calibrated direction; results from before it: above), the AUC of task 0 vs task 1 at the
+    answer position in that direction, the best tau (bio/router.py's rule) and the calibrated
+    one, with both accuracies."""
     lines = []
     for method, r in results["methods"].items():
         a = r.get("router")
@@ -67,12 +69,15 @@ def router_table(results: dict[str, Any]) -> str:
         lines += [
             f"{method} at step {r['steps'][-1]}: z_p alone {h0['z_p']:.3f} / {h1['z_p']:.3f}, "
             f"z_a alone {h0['z_a']:.3f} / {h1['z_a']:.3f} (task 0 / task 1)\n",
-            "| statistic | AUC | best tau | task 0 | task 1 | goal met | calibrated tau | task 0 | task 1 | task-0 kept on z_p |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| statistic | z_p kept where | AUC | best tau | task 0 | task 1 | goal met | calibrated tau | task 0 | task 1 "
+            "| task-0 kept on z_p |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for stat, e in a["statistics"].items():
             b, c = e["best"], e["calibration"]
-            lines.append(f"| {stat} | {e['auc']:.3f} | {b['tau']:.4g} | {b['task0']:.3f} | {b['task1']:.3f} | "
+            d = e.get("direction", "above")
+            auc = e.get("auc_by_direction", {}).get(d, e["auc"])
+            lines.append(f"| {stat} | {stat} {'>=' if d == 'above' else '<='} tau | {auc:.3f} | {b['tau']:.4g} | {b['task0']:.3f} | {b['task1']:.3f} | "
                          f"{'yes' if e['goal_met'] else 'no'} | {c['tau']:.4g} | {c['task0']:.3f} | {c['task1']:.3f} | "
                          f"{c['old_kept']:.3f} |")
         lines.append("")

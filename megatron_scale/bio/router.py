@@ -50,7 +50,9 @@ def summary_lines(analysis: Mapping[str, Any]) -> list[str]:
     lines = []
     for stat, a in analysis["statistics"].items():
         b, c = a["best"], a["calibration"]
-        lines.append(f"router {stat}: AUC {a['auc']:.3f}; best tau {b['tau']:.4g}: task0 {b['task0']:.3f} task1 "
+        d = a.get("direction", "above")
+        lines.append(f"router {stat}: z_p where {stat} {'>=' if d == 'above' else '<='} tau, AUC "
+                     f"{a.get('auc_by_direction', {}).get(d, a['auc']):.3f}; best tau {b['tau']:.4g}: task0 {b['task0']:.3f} task1 "
                      f"{b['task1']:.3f} ({b['rule']}); calibrated tau {c['tau']:.4g}: task0 {c['task0']:.3f} "
                      f"task1 {c['task1']:.3f}; {c['message']}")
     return lines

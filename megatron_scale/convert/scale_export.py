@@ -78,7 +78,8 @@ def expansion_tensors(reader: MegatronReader, args: LlamaArgs, dims: ScaleDims) 
                 yield f"{HF_LAYER.format(i)}{name}.{W12}", part
 
 
-def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]], dtype: str) -> dict[str, Any]:
+def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]], dtype: str,
+                    unit_codes: str | None = None) -> dict[str, Any]:
     cfg = to_hf_config(with_dtype(args, dtype))
     cfg.update(
         architectures=["ScaleLlamaForCausalLM"], model_type="llama", hidden_act=GUARD,
@@ -88,13 +89,16 @@ def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]],
         scale_hidden_up=dims.hidden_up, scale_heads_up=dims.heads_up, scale_groups_up=dims.groups_up,
         scale_ffn_up=dims.ffn_up, scale_variant=dims.variant, scale_router_tau=dims.router_tau,
         scale_router_statistic=dims.router_statistic, scale_router_direction=dims.router_direction,
+        scale_router_unit=dims.router_unit,
         scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
     )
+    if unit_codes is not None:
+        cfg["scale_router_unit_codes"] = unit_codes
     return cfg
 
 
 def export_scale(reader: MegatronReader, args: LlamaArgs, dims: ScaleDims, tmp: Path, dtype: str,
-                 max_shard_bytes: int, progress: bool) -> ShardSummary:
+                 max_shard_bytes: int, progress: bool, unit_codes: str | None = None) -> ShardSummary:
     if dims.head_dim != args.kv_channels or dims.hidden != args.hidden_size:
         raise ConversionError(f"{reader.dir}: scale.dims do not match the recorded model_args")
     reader.check_shapes(keymap.megatron_shapes(args))
@@ -111,7 +115,7 @@ def export_scale(reader: MegatronReader, args: LlamaArgs, dims: ScaleDims, tmp: 
                 yield name, t.to(out_dtype)
 
         summary = write_shards(cast(), tmp, max_shard_bytes)
-    write_json(tmp / "config.json", scale_hf_config(args, dims, w12_layers(reader), dtype))
+    write_json(tmp / "config.json", scale_hf_config(args, dims, w12_layers(reader), dtype, unit_codes))
     for name in FILES:
         shutil.copy2(MODELING / name, tmp / name)
     return summary

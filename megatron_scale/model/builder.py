@@ -66,7 +66,21 @@ class ScaleGPTModel(mc.GPTModel):
                 tied=tied_embeddings and self.pre_process,
                 gather_output=not self.parallel_output, tau=dims.router_tau,
                 routed=dims.routed, statistic=dims.router_statistic, direction=dims.router_direction,
+                unit=dims.router_unit,
             )
+
+    def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,
+                labels: Any = None, *args: Any, route_labels: Any = None, **kwargs: Any) -> Any:
+        """GPTModel.forward; the labels also reach the output layer, whose router decides per
+        character or word of the predicted tokens when its unit says so (route_units.py).
+        `route_labels`: the tokens predicted, for the router only (the logits are returned)."""
+        if self.post_process:
+            self.output_layer.unit_labels = labels if route_labels is None else route_labels
+        try:
+            return super().forward(input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs)
+        finally:
+            if self.post_process:
+                self.output_layer.unit_labels = None
 
 
 def build_scale_gpt(
@@ -120,29 +134,42 @@ def output_head(model: nn.Module, head: str) -> Iterator[None]:
 
 @contextmanager
 def router_settings(
-    model: nn.Module, tau: float | None = None, statistic: str | None = None, direction: str | None = None
+    model: nn.Module, tau: float | None = None, statistic: str | None = None, direction: str | None = None,
+    unit: str | None = None,
 ) -> Iterator[None]:
-    """Temporarily route with another tau, statistic and/or direction (None: keep the model's).
-    The router has no parameters, so this is all an evaluation-time override needs."""
-    check_router(0.0, statistic or "cosine", "tau", "router statistic", direction or "above", "router direction")
+    """Temporarily route with another tau, statistic, direction and/or unit (None: keep the
+    model's). The router has no parameters, so this is all an evaluation-time override needs (a
+    unit other than token also needs the tokenizer's codes: set_unit_codes)."""
+    check_router(0.0, statistic or "cosine", "tau", "router statistic", direction or "above", "router direction",
+                 unit or "token", "router unit")
     layers = output_layers(model)
-    before = [(layer.tau, layer.statistic, layer.direction) for layer in layers]
+    before = [(layer.tau, layer.statistic, layer.direction, layer.unit) for layer in layers]
     for layer in layers:
         layer.tau = layer.tau if tau is None else float(tau)
         layer.statistic = layer.statistic if statistic is None else statistic
         layer.direction = layer.direction if direction is None else direction
+        layer.unit = layer.unit if unit is None else unit
     try:
         yield
     finally:
-        for layer, (t, s, d) in zip(layers, before, strict=True):
-            layer.tau, layer.statistic, layer.direction = t, s, d
+        for layer, (t, s, d, u) in zip(layers, before, strict=True):
+            layer.tau, layer.statistic, layer.direction, layer.unit = t, s, d, u
 
 
-def set_router_default(model: nn.Module, tau: float, statistic: str, direction: str = "above") -> None:
-    """Make (tau, statistic, direction) the model's router default: what it routes with and what
-    the checkpoints it saves record (scale.dims)."""
-    check_router(tau, statistic, "tau", "router statistic", direction, "router direction")
+def set_router_default(model: nn.Module, tau: float, statistic: str, direction: str = "above",
+                       unit: str | None = None) -> None:
+    """Make (tau, statistic, direction, unit) the model's router default: what it routes with and
+    what the checkpoints it saves record (scale.dims). unit None: keep the model's."""
+    unit = model.scale_dims.router_unit if unit is None else unit
+    check_router(tau, statistic, "tau", "router statistic", direction, "router direction", unit, "router unit")
     model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic,
-                                           router_direction=direction)
+                                           router_direction=direction, router_unit=unit)
     for layer in output_layers(model):
-        layer.tau, layer.statistic, layer.direction = float(tau), statistic, direction
+        layer.tau, layer.statistic, layer.direction, layer.unit = float(tau), statistic, direction, unit
+
+
+def set_unit_codes(model: nn.Module, codes: Any) -> None:
+    """Give the router the tokenizer's per-token codes (route_units.piece_codes over the model's
+    padded vocabulary), which a char or word unit needs; None takes them away."""
+    for layer in output_layers(model):
+        layer.unit_codes = None if codes is None else codes.to(layer.weight_up.device)

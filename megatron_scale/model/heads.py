@@ -6,7 +6,10 @@
 
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
-router's tau, statistic and direction are plain attributes (evaluation settings, builder.router_settings).
+router's tau, statistic, direction and unit are plain attributes (evaluation settings,
+builder.router_settings). A unit other than token (model/route_units.py) needs the tokenizer's
+per-token codes (`unit_codes`, builder.set_unit_codes) and the labels of the forward
+(`unit_labels`, set by ScaleGPTModel.forward): the decision of a unit is its first label's.
 Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
 """
 
@@ -20,6 +23,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale.model.partition import column_input, dp_group, param_device
+from megatron_scale.model.route_units import unit_starts
 from megatron_scale.model.routing import route
 
 HEADS = ("auto", "adapt", "preserve", "route")
@@ -100,7 +104,7 @@ class ScaleOutputLayer(_VocabParallel):
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
         tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
-        direction: str = "above",
+        direction: str = "above", unit: str = "token",
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
@@ -109,6 +113,9 @@ class ScaleOutputLayer(_VocabParallel):
         self.tau = tau
         self.statistic = statistic
         self.direction = direction
+        self.unit = unit
+        self.unit_codes: torch.Tensor | None = None  # [V] uint8, route_units.piece_codes
+        self.unit_labels: torch.Tensor | None = None  # [b, s] this forward's labels
         self.routed = routed
         self.head = "auto"
         # capture (route sweeps): keep this forward's (z_p, z_a) vocab-parallel slices, detached
@@ -159,13 +166,28 @@ class ScaleOutputLayer(_VocabParallel):
                 self.captured = (z_p.detach(), z_a.detach())
             if head == "route":
                 logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None,
-                                     self.statistic, self.direction)
+                                     self.statistic, self.direction, self._unit_starts())
                 self.route_counts[0] += keep.sum()  # on the device: no host sync per forward
                 self.route_counts[1] += keep.numel()
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather and self.tp_size > 1:
             logits = mc.gather_from_tensor_model_parallel_region(logits, group=self.tp_group)
         return logits, None
+
+    def _unit_starts(self) -> torch.Tensor | None:
+        """[s, b] where the label's unit starts (None: every token decides alone)."""
+        if self.unit == "token":
+            return None
+        if self.unit_codes is None:
+            raise ValueError(f"router unit {self.unit!r}: the model has no token codes; give the byte-level "
+                             "tokenizer (builder.set_unit_codes; --tokenizer-model in training)")
+        if self.unit_labels is None:
+            raise ValueError(f"router unit {self.unit!r} decides per unit of the predicted tokens: "
+                             "the forward needs labels")
+        if self.unit_codes.numel() != self.vocab_local * self.tp_size:
+            raise ValueError(f"router unit {self.unit!r}: {self.unit_codes.numel()} token codes for a vocabulary "
+                             f"of {self.vocab_local * self.tp_size}")
+        return unit_starts(self.unit_codes, self.unit_labels, self.unit).t()
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
         tensors = {"weight_up": self.weight_up}

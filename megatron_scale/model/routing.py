@@ -6,6 +6,8 @@
     (or another parameter-free statistic of the two heads >= tau: router_stats.py)
     direction "below" reverses the side: emit z_p if the statistic <= tau (issue 35: on a byte-level
     tokenizer the cosine came out lower on the old domain), else z_a
+    unit char / word: all the tokens of one UTF-8 character or word take the decision of the
+    unit's first token (route_units.py; `starts` marks where units begin)
 
 Under vocab parallelism each rank holds a vocab slice of both heads, so the three dot products
 z_p.z_a, z_p.z_p, z_a.z_a are partial sums, all-reduced over the TP group: [3, tokens] floats
@@ -20,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from megatron_scale.model.route_units import first_of_units
 from megatron_scale.model.router_stats import router_statistic
 
 
@@ -40,12 +43,17 @@ def route(
     group: dist.ProcessGroup | None = None,
     statistic: str = "cosine",
     direction: str = "above",
+    starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Routed logits and the boolean per-token mask of tokens sent to the preservation head
     (where the router statistic, router_stats.py, is >= tau, or <= tau with direction "below";
     the paper's is the cosine, above).
 
-    z_p, z_a: [..., V_local] vocab-parallel slices of the two heads on this rank."""
+    z_p, z_a: [s, b, V_local] vocab-parallel slices of the two heads on this rank; starts: None
+    (per token) or [s, b] bool, where a routing unit begins (every token of a unit takes its first
+    token's decision)."""
     with torch.no_grad():
         keep = keeps(router_statistic(statistic, z_p, z_a, group), tau, direction)
+        if starts is not None:
+            keep = first_of_units(keep, starts, dim=0)
     return torch.where(keep.unsqueeze(-1), z_p, z_a), keep

@@ -1,10 +1,26 @@
 """The recipe's comparison: English perplexity (forgetting) and Korean perplexity (learning) of
-every method against the base, from the training entry's metrics JSONL files.
+every method against the base, from the training entry's metrics JSONL files, with bits per byte
+beside every perplexity and benchmark accuracy before and after.
 
 Each run's last `eval/<name>` records are its final numbers; the baseline is a run of the base
 model's own evaluation (the tiny base's pre-training, or a run's iteration-0 evaluation of a converted base),
 on the same held-out sets, sequence length, batch and --eval-iters. Outputs are written
-atomically: results.json (every number), report.md (the table) and a PNG plot.
+atomically: results.json (every number), report.md (the tables) and a PNG plot.
+
+Bits per byte (tools/text_bytes.py's JSON: each set's tokens and the UTF-8 bytes its documents
+decode to) is the evaluation's mean loss per token in bits times the set's tokens per byte:
+    bpb = lm_loss / ln 2 * tokens / bytes
+Unlike perplexity it compares across tokenizers and languages (a byte-level tokenizer spends ~3
+tokens on a Hangul syllable). The tokens-per-byte ratio is the whole set's; an evaluation of
+--eval-iters batches scores windows drawn from the set, so its bpb is exact where they cover the
+set and otherwise an estimate whose error is the windows' ratio against the set's.
+
+Benchmark accuracy (tools/eval_benchmarks.py's JSON per model, the same seeded documents for
+each) is reported as acc_norm where lm-evaluation-harness reports it, else acc, with its standard
+error, and each method's change against the base as a paired difference over the same documents
+(mean of after - before per document, with the standard error of that mean).
+
+Standard library (and matplotlib for the plot) only: it reads what the evaluation steps wrote.
 """
 
 from __future__ import annotations
@@ -13,9 +29,10 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from megatron_scale.recipe.bench_report import section
 from megatron_scale.recipe.route_report import route_section
 
 LABELS = {
@@ -36,6 +53,8 @@ class Row:
     """Perplexity per evaluation set (en, ko, ...)."""
     preserve_fraction: dict[str, float]
     """SCALE-Route: share of tokens the router sent to the preservation head, per set."""
+    bpb: dict[str, float] = field(default_factory=dict)
+    """Bits per UTF-8 byte per evaluation set whose bytes are known (empty without them)."""
 
 
 def evaluations(metrics: str | os.PathLike) -> dict[int, dict[str, dict]]:
@@ -68,15 +87,37 @@ def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple
     return it, evals[it]
 
 
-def curve(metrics: str | os.PathLike, name: str) -> list[tuple[int, float]]:
-    """(iteration, perplexity) of one evaluation set over a run, in iteration order."""
-    return [(it, float(recs[name]["ppl"])) for it, recs in sorted(evaluations(metrics).items()) if name in recs]
+def curve(metrics: str | os.PathLike, name: str, sizes: dict[str, dict] | None = None) -> list[tuple[int, float]]:
+    """(iteration, perplexity) of one evaluation set over a run, in iteration order; with `sizes`
+    (text_bytes' sets), (iteration, bits per byte)."""
+    return [(it, bits_per_byte(recs[name], sizes[name]) if sizes else float(recs[name]["ppl"]))
+            for it, recs in sorted(evaluations(metrics).items()) if name in recs]
 
 
-def row(method: str, metrics: str | os.PathLike, iteration: int | None = None) -> Row:
+def bits_per_byte(record: dict, size: dict) -> float:
+    """An evaluation record's mean loss per token (nats) in bits per byte of its set."""
+    return float(record["lm_loss"]) / math.log(2) * int(size["tokens"]) / int(size["bytes"])
+
+
+def text_sizes(path: str | os.PathLike) -> dict[str, dict]:
+    """tools/text_bytes.py's sets: {name: {prefix, documents, tokens, bytes, chars}}."""
+    p = Path(path)
+    try:
+        sets = json.loads(p.read_text())["sets"]
+        for name, size in sets.items():
+            if int(size["tokens"]) <= 0 or int(size["bytes"]) <= 0:
+                raise ValueError(f"set {name} has {size['tokens']} tokens and {size['bytes']} bytes")
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"--text-bytes {p}: not tools/text_bytes.py's output ({type(e).__name__}: {e})") from e
+    return sets
+
+
+def row(method: str, metrics: str | os.PathLike, iteration: int | None = None,
+        sizes: dict[str, dict] | None = None) -> Row:
     it, recs = last_eval(metrics, iteration)
     return Row(method=method, iteration=it, ppl={k: float(r["ppl"]) for k, r in recs.items()},
-               preserve_fraction={k: float(r["preserve_fraction"]) for k, r in recs.items() if "preserve_fraction" in r})
+               preserve_fraction={k: float(r["preserve_fraction"]) for k, r in recs.items() if "preserve_fraction" in r},
+               bpb={k: bits_per_byte(r, sizes[k]) for k, r in recs.items() if sizes and k in sizes})
 
 
 def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> dict[str, bool]:
@@ -92,20 +133,27 @@ def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = 
 
 
 def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> str:
-    """One row per method: each old-domain set's perplexity and change (forgetting), the new
-    set's (learning), and for Route the share of tokens routed to z_p (first old set / new)."""
-    cols = [c for o in old for c in (f"{o} PPL (forgetting)", f"{o} change")]
-    head = f"| method | {' | '.join(cols)} | {new} PPL (learning) | {new} change | routed to preservation head ({old[0]} / {new}) |"
-    width = len(cols) + 4
-    base_cells = [c for o in old for c in (f"{base.ppl[o]:.2f}", "")]
-    lines = [head, "|" + "---|" * width,
-             f"| base (iteration {base.iteration}) | {' | '.join(base_cells)} | {base.ppl[new]:.2f} | | |"]
-    for r in rows:
+    """One row per method: each old-domain set's perplexity, bits per byte (when known) and
+    perplexity change (forgetting), the new set's (learning), and for Route the share of tokens
+    routed to z_p (first old set / new)."""
+    bpb = bool(base.bpb)
+
+    def cells(r: Row, name: str, kind: str) -> list[str]:
+        out = [f"{r.ppl[name]:.2f}"] + ([f"{r.bpb[name]:.3f}"] if bpb else [])
+        return out + ([_pct(r.ppl[name], base.ppl[name])] if r is not base else [""])
+
+    def heads(name: str, kind: str) -> list[str]:
+        return [f"{name} PPL ({kind})"] + ([f"{name} bpb"] if bpb else []) + [f"{name} change"]
+
+    cols = [c for o in old for c in heads(o, "forgetting")] + heads(new, "learning")
+    head = f"| method | {' | '.join(cols)} | routed to preservation head ({old[0]} / {new}) |"
+    lines = [head, "|" + "---|" * (len(cols) + 2)]
+    for r in (base, *rows):
         route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
-                 if r.preserve_fraction else "")
-        cells = [c for o in old for c in (f"{r.ppl[o]:.2f}", _pct(r.ppl[o], base.ppl[o]))]
-        lines.append(f"| {LABELS.get(r.method, r.method)} | {' | '.join(cells)} "
-                     f"| {r.ppl[new]:.2f} | {_pct(r.ppl[new], base.ppl[new])} | {route} |")
+                 if r.preserve_fraction and r is not base else "")
+        label = f"base (iteration {base.iteration})" if r is base else LABELS.get(r.method, r.method)
+        values = [c for o in old for c in cells(r, o, "forgetting")] + cells(r, new, "learning")
+        lines.append(f"| {label} | {' | '.join(values)} | {route} |")
     return "\n".join(lines) + "\n"
 
 
@@ -113,26 +161,35 @@ def _pct(after: float, before: float) -> str:
     return f"{100.0 * (after / before - 1.0):+.1f}%"
 
 
-def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str]) -> None:
+def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
+         sizes: dict[str, dict] | None = None) -> None:
     """Perplexity over iterations, one panel per evaluation set and one line per method, the
-    base's as a dashed line (log scale: these perplexities span orders of magnitude)."""
+    base's as a dashed line (log scale: these perplexities span orders of magnitude); with
+    `sizes`, a second row of the same curves in bits per byte (linear scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(sets), figsize=(4.6 * len(sets), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], sets):
-        for method, metrics in runs.items():
-            points = curve(metrics, name)
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                    label=LABELS.get(method, method))
-        ax.axhline(base.ppl[name], color="black", linestyle="--", linewidth=1, label=f"base {base.ppl[name]:.1f}")
-        ax.set_title(f"{name}: {'learning' if name == sets[-1] else 'forgetting'} (lower is better)")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("perplexity (log scale)")
-        ax.set_yscale("log")
-    axes[0][-1].legend(fontsize=7)
+    kinds = [("ppl", None)] + ([("bpb", sizes)] if sizes else [])
+    fig, axes = plt.subplots(len(kinds), len(sets), figsize=(4.6 * len(sets), 3.8 * len(kinds)), squeeze=False)
+    for row_axes, (kind, by) in zip(axes, kinds):
+        for ax, name in zip(row_axes, sets):
+            for method, metrics in runs.items():
+                points = curve(metrics, name, by)
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                        label=LABELS.get(method, method))
+            ref = base.ppl[name] if kind == "ppl" else base.bpb[name]
+            ax.axhline(ref, color="black", linestyle="--", linewidth=1,
+                       label=f"base {ref:.1f}" if kind == "ppl" else f"base {ref:.3f}")
+            ax.set_title(f"{name}: {'learning' if name == sets[-1] else 'forgetting'} (lower is better)")
+            ax.set_xlabel("iteration")
+            if kind == "ppl":
+                ax.set_ylabel("perplexity (log scale)")
+                ax.set_yscale("log")
+            else:
+                ax.set_ylabel("bits per UTF-8 byte")
+        row_axes[-1].legend(fontsize=7)
     fig.tight_layout()
     _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
@@ -146,30 +203,45 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
                  old: Sequence[str] = ("en",), new: str = "ko", base_iteration: int | None = None,
-                 route_sweep: str | os.PathLike | None = None) -> dict:
+                 route_sweep: str | os.PathLike | None = None, text_bytes: str | os.PathLike | None = None,
+                 benchmarks: dict[str, str] | None = None, failed: dict[str, str] | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png (curves) under out_dir;
     return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
     the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
     evaluation at `base_iteration` (0: a run's before-training evaluation). `route_sweep` (a
     sweep.json of tools/route_sweep.py) adds the SCALE-Route section (route_report.py) to
-    report.md, and its numbers and markdown to results.json["route_sweep"]."""
+    report.md, and its numbers and markdown to results.json["route_sweep"]. `text_bytes`
+    (tools/text_bytes.py's JSON) adds bits per byte beside every perplexity and to the curves;
+    `benchmarks` ({"base": JSON, method: JSON} of tools/eval_benchmarks.py) the accuracy section
+    (bench_report.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
+    not finish, each with why (results.json["failed"] and a section of report.md)."""
     old = tuple(old)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    base = row("base", base_metrics, base_iteration)
-    rows = [row(m, p) for m, p in runs.items()]
+    sizes = text_sizes(text_bytes) if text_bytes is not None else None
+    if sizes is not None and (missing := sorted({*old, new} - set(sizes))):
+        raise ValueError(f"--text-bytes {text_bytes}: no set(s) {missing}")
+    base = row("base", base_metrics, base_iteration, sizes)
+    rows = [row(m, p, None, sizes) for m, p in runs.items()]
     for r in [base, *rows]:
         missing = {*old, new} - set(r.ppl)
         if missing:
             raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} "
                              f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, new))})")
+    bench = section(benchmarks, LABELS) if benchmarks else None
+    out.mkdir(parents=True, exist_ok=True)
     text = table(base, rows, old, new)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
     if route_sweep is not None:
         results["route_sweep"] = route_section(route_sweep, out, old[0], new)
         text += results["route_sweep"]["section"]
+    if bench is not None:
+        results["benchmarks"] = bench
+        text += bench["section"]
+    if failed:
+        results["failed"] = dict(failed)
+        text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
-    plot(base, runs, out / "perplexity.png", (*old, new))
+    plot(base, runs, out / "perplexity.png", (*old, new), sizes)
     return results

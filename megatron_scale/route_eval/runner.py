@@ -2,7 +2,8 @@
 in, every router statistic's trade-off out (sweep.json, sweep.png), from one forward pass per
 window at the checkpoint's model, TP ranks spawned as the conversion tools spawn them (PP = 1).
 Optionally a calibrated direction and tau (route_eval/calibrate.py), written as the router default
-of a new checkpoint (--save), which training, evaluation and the HF export then use. With
+of a new checkpoint (--save), which training, evaluation and the HF export then use (with the
+first --route-units unit as the router's unit, which needs --route-pool first: the model's pooling). With
 --route-units the statistics are also pooled per character or word (route_eval/units.py) from
 the same records: the first unit is the sweep's, the others are summarised under "by_unit".
 """
@@ -67,9 +68,10 @@ class SweepSettings:
             raise ValueError(f"--route-pool: unknown {self.pool!r}; choose one of {', '.join(POOLS)}")
         if any(u != "token" for u in self.units) and self.tokenizer is None:
             raise ValueError("--route-units char/word need --tokenizer (the byte-level BPE the data was tokenized with)")
-        if self.save is not None and self.units[0] != "token":
-            raise ValueError(f"--save: the model routes per token; a tau calibrated per {self.units[0]} "
-                             "(--route-units) is not its router's; put token first")
+        if self.save is not None and self.units[0] != "token" and self.pool != "first":
+            raise ValueError(f"--save: a model routing per {self.units[0]} decides by the unit's first token; a tau "
+                             f"calibrated on the {self.pool} of a unit (--route-pool) is not its router's; use "
+                             "--route-pool first, or put token first in --route-units")
         if self.calibrate_with not in self.statistics:
             raise ValueError(f"--calibrate-with {self.calibrate_with!r} is not among --statistics {list(self.statistics)}")
         if self.save is not None and self.keep_old is None:
@@ -121,7 +123,7 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
 
 
-def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, *,
+def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,
                device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
@@ -129,7 +131,7 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
     from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
-    set_router_default(model, tau, statistic, direction)
+    set_router_default(model, tau, statistic, direction, unit)
     record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
     return str(save_checkpoint(model, save, extra=lambda _: record))
 
@@ -176,7 +178,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
         summary["calibration"] = cal
         if s.save is not None:
             results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
-                                                           s.calibrate_with, cal["direction"])[0]
+                                                           s.calibrate_with, cal["direction"], s.units[0])[0]
     Path(s.out).mkdir(parents=True, exist_ok=True)
     write_json(os.path.join(s.out, "sweep.json"), results)
     plot(results, os.path.join(s.out, "sweep.png"))

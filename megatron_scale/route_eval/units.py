@@ -17,7 +17,9 @@ grouped into units and each unit takes one decision from its pooled statistic:
     evaluation only) or its first token's ("first": causal, what generation could do)
 
 Units are over the labels (the tokens predicted), never across windows. Special and added tokens
-(no byte form) are units of their own. Pure tensors and the tokenizer file: no model needed.
+(no byte form) are units of their own. The rule is the model's own (model/route_units.py: a
+routed model with --scale-router-unit char/word decides by the "first" pooling); this module adds
+the tokenizer file and the teacher-forced mean. Pure tensors: no model needed.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from functools import lru_cache
 
 import torch
 
-UNITS = ("token", "char", "word")
+from megatron_scale.model.route_units import UNITS, check_unit, piece_codes, unit_starts
+
+__all__ = ["POOLS", "UNITS", "pool", "pooled_records", "starts", "token_bytes", "unit_ids"]
+
 POOLS = ("mean", "first")
-_SPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 
 @lru_cache(maxsize=1)
@@ -71,23 +75,9 @@ def token_bytes(tokenizer: str) -> list[bytes]:
 
 def starts(pieces: Sequence[bytes], labels: torch.Tensor, unit: str) -> torch.Tensor:
     """[rows, seq] bool: whether the token at each label position starts a unit (the first of
-    every row always does)."""
-    if unit not in UNITS:
-        raise ValueError(f"--route-unit: unknown unit {unit!r}; choose one of {', '.join(UNITS)}")
-    out = torch.ones(labels.shape, dtype=torch.bool)
-    if unit == "token":
-        return out
-    for r, row in enumerate(labels.tolist()):
-        prev = b""
-        for t, i in enumerate(row):
-            piece = pieces[i] if 0 <= i < len(pieces) else b""
-            if t and piece and prev:
-                joins = piece[0] & 0xC0 == 0x80  # a continuation byte: same character
-                if unit == "word":
-                    joins = joins or piece[0] not in _SPACE or prev[-1] in _SPACE
-                out[r, t] = not joins
-            prev = piece
-    return out
+    every row always does): the model's rule (model/route_units.py) on the tokenizer's pieces."""
+    check_unit(unit)
+    return unit_starts(piece_codes(pieces), labels.long(), unit)
 
 
 def unit_ids(pieces: Sequence[bytes], labels: torch.Tensor, unit: str) -> torch.Tensor:
@@ -107,10 +97,10 @@ def pool(stat: torch.Tensor, units: torch.Tensor, how: str = "mean") -> torch.Te
         return stat
     n = int(units[-1]) + 1
     if how == "first":
-        first = torch.full((n,), stat.numel(), dtype=torch.long).scatter_reduce(
-            0, units, torch.arange(stat.numel()), "amin")
+        first = torch.full((n,), stat.numel(), dtype=torch.long, device=stat.device).scatter_reduce(
+            0, units, torch.arange(stat.numel(), device=stat.device), "amin")
         return stat[first[units]]
-    total = torch.zeros(n, dtype=torch.float64).index_add_(0, units, stat.double())
+    total = torch.zeros(n, dtype=torch.float64, device=stat.device).index_add_(0, units, stat.double())
     count = torch.bincount(units, minlength=n).double()
     return (total / count)[units].to(stat.dtype)
 

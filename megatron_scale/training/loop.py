@@ -25,7 +25,7 @@ from megatron_scale import faults
 from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.model.build import Kernels, Parallel, build_model
-from megatron_scale.model.builder import output_layers, router_settings
+from megatron_scale.model.builder import output_layers, router_settings, set_unit_codes
 from megatron_scale.records import CheckpointError, SavedLayout
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
@@ -125,6 +125,7 @@ def setup(config: TrainConfig) -> Run:
     model = model.to(device)  # a no-op where megatron-core built it there already
     if p.initial is not None:
         load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers, p.records)
+    _give_unit_codes(model, cfg)
     ddp = mc.DistributedDataParallel(
         model.config,
         mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=par.use_distributed_optimizer),
@@ -165,6 +166,31 @@ def setup(config: TrainConfig) -> Run:
     return run
 
 
+def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
+    """A Route model gets the byte-level tokenizer's per-token codes (model/route_units.py) where
+    --tokenizer-model is one, so that evaluation can decide per character or word (its recorded
+    router unit, or --route-unit); a unit other than token without them is one error, before work."""
+    heads = output_layers(model)
+    if not heads or not heads[0].routed:
+        return
+    unit = cfg.logging.route_unit or heads[0].unit
+    flag = "--route-unit" if cfg.logging.route_unit else "the checkpoint's router unit (--scale-router-unit)"
+    if cfg.model.tokenizer_model is None:
+        if unit != "token":
+            raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
+        return
+    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.route_eval.units import token_bytes
+
+    try:
+        codes = piece_codes(token_bytes(cfg.model.tokenizer_model), heads[0].vocab_local * heads[0].tp_size)
+    except ValueError as e:
+        if unit == "token":
+            return
+        raise FlagError(f"--tokenizer-model {cfg.model.tokenizer_model}: {flag} {unit}: {e}") from e
+    set_unit_codes(model, codes)
+
+
 def train_step(run: Run) -> dict[str, Any]:
     a = run.config.schedule
     start = time.monotonic()
@@ -196,13 +222,14 @@ def train_step(run: Run) -> dict[str, Any]:
 
 def evaluate(run: Run) -> dict[str, dict[str, float]]:
     """Mean loss and perplexity per named set; for Route models, the share routed to z_p (with
-    --route-tau / --route-statistic / --route-direction in place of the model's router settings
-    where given)."""
+    --route-tau / --route-statistic / --route-direction / --route-unit in place of the model's router
+    settings where given)."""
     a, log = run.config.schedule, run.config.logging
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic, log.route_direction):
+    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic, log.route_direction,
+                                                    log.route_unit):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()

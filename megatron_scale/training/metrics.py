@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, check_router
+from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
 from megatron_scale.flags import flag, positive
 
 
@@ -33,6 +33,10 @@ class LoggingConfig:
     route_direction: str | None = field(default=None, metadata=flag("--route-direction", choices=ROUTER_DIRECTIONS))
     """scale-route: evaluate with this router direction (above: keep z_p where statistic >= tau;
     below: where <= tau) instead of the model's."""
+    route_unit: str | None = field(default=None, metadata=flag("--route-unit", choices=ROUTER_UNITS))
+    """scale-route: evaluate with this router unit (token | char | word: all tokens of one UTF-8
+    character or word take their first token's decision; char/word need --tokenizer-model, a
+    byte-level BPE) instead of the model's."""
     log_interval: int = field(default=1, metadata=flag("--log-interval"))
     """Log a training line every N iterations."""
     metrics_file: str | None = field(default=None, metadata=flag("--metrics-file"))
@@ -44,7 +48,8 @@ class LoggingConfig:
         positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
                   ("--eval-interval", self.eval_interval))
         given = [n for n, v in (("--route-tau", self.route_tau), ("--route-statistic", self.route_statistic),
-                                ("--route-direction", self.route_direction)) if v is not None]
+                                ("--route-direction", self.route_direction), ("--route-unit", self.route_unit))
+                 if v is not None]
         if given and method != "scale-route":
             name = given[0]
             raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")

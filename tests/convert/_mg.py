@@ -20,8 +20,9 @@ def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
-def megatron_logits(model: Any, ids: torch.Tensor) -> torch.Tensor | None:
-    """Full [b, s, V] logits on the last pipeline stage (None elsewhere), at any TP/PP."""
+def megatron_logits(model: Any, ids: torch.Tensor, route_labels: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Full [b, s, V] logits on the last pipeline stage (None elsewhere), at any TP/PP
+    (`route_labels`: the tokens predicted, for a router deciding per character or word)."""
     from megatron_scale import _mcore as mc
 
     from megatron_scale.model.inputs import causal_mask, position_ids
@@ -32,7 +33,8 @@ def megatron_logits(model: Any, ids: torch.Tensor) -> torch.Tensor | None:
 
     def step(data: Any, m: Any) -> tuple[torch.Tensor, Any]:
         x = next(data)
-        out = m(x["ids"], x["pos"], x["mask"])
+        extra = {} if route_labels is None else {"route_labels": route_labels.to(device)}
+        out = m(x["ids"], x["pos"], x["mask"], **extra)
         return out, lambda o: (o.float().sum() * 0, {"logits": o.detach().clone()})
 
     with torch.no_grad():

@@ -187,16 +187,20 @@ def test_text_generation_pipeline_continues_as_the_argmax_loop(model: Any, folde
 
 def test_a_folder_without_a_router_direction_reads_above(model: Any, folder: Path, tmp_path: Path) -> None:
     """config.json without scale_router_direction (as every export before it) loads with the paper's
-    direction, z_p where the statistic >= tau; route_direction="below" keeps the others (and ties)."""
+    direction, z_p where the statistic >= tau; route_direction="below" keeps the others (and ties).
+    Without scale_router_unit (and its codes) it routes per token, as before."""
     from transformers import AutoModelForCausalLM
 
     old = tmp_path / "old"
     shutil.copytree(folder, old)
     cfg = json.loads((old / "config.json").read_text())
     cfg.pop("scale_router_direction", None)
+    assert cfg.pop("scale_router_unit") == "token"
+    cfg.pop("scale_router_unit_codes", None)
     (old / "config.json").write_text(json.dumps(cfg))
     legacy = AutoModelForCausalLM.from_pretrained(old, trust_remote_code=True, dtype=torch.float32).eval()
     assert legacy.config.scale_router_direction == "above"
+    assert legacy.config.scale_router_unit == "token" and legacy.config.scale_router_unit_codes is None
     ids = _prompt(length=24)
     with torch.no_grad():
         assert torch.equal(legacy(ids).logits, model(ids).logits)

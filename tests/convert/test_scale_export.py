@@ -10,6 +10,10 @@ loaded by AutoModelForCausalLM(trust_remote_code=True): logits match to 1e-5 x m
 generate() (greedy, KV cache) gives the same tokens, with and without cache, and the exported
 preservation head reproduces the original HF model's logits. A router override (max-prob, the
 median tau, direction "below") exported and given per call routes as megatron-core does with it.
+Per character and per word (router unit; tests/_unit_vocab.py's byte-level vocabulary and Korean
+string): the export routes as megatron-core told the labels, at every position whose label the
+export can see (all but the last), and generate() (with and without KV cache) gives megatron-core's
+greedy tokens where each step's unknown label is the one the export's causal rule assumes.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests import _tiny
+from tests import _tiny, _unit_vocab
 from tests._dist import run_ranks
 from tests.convert import _hf
 from tests.convert._mg import greedy, megatron_logits
@@ -100,7 +104,44 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             with router_settings(model, tau=res["override_tau"], statistic="max-prob", direction="below"):
                 res["route/override_logits"] = megatron_logits(model, ids)
                 res["route/override_greedy"] = greedy(model, ids[:, :PROMPT], NEW)
+            res.update(_per_unit(model, ids))
     return res
+
+
+def _unit_ids(ids: torch.Tensor) -> torch.Tensor:
+    """Two rows: the Korean string, and random tokens."""
+    korean = torch.tensor(_unit_vocab.encode(_unit_vocab.KOREAN, _unit_vocab.pieces(_hf.VOCAB)))
+    return torch.stack((korean, ids[1, : korean.numel()].cpu()))
+
+
+def _per_unit(model: Any, ids: torch.Tensor) -> dict[str, Any]:
+    """Megatron-core's routing per character and per word, told the labels; its greedy tokens with
+    each step's unknown label chosen to join or start a unit as the export's causal rule does
+    (modeling_scale_llama.UnitRouter: join when the text ends inside a character; per word, unless
+    the last token is special), computed here with model/route_units.py's own functions."""
+    from megatron_scale.model.builder import router_settings, set_unit_codes
+    from megatron_scale.model.route_units import EMPTY, pending_after, piece_codes
+
+    table = _unit_vocab.pieces(_hf.VOCAB)
+    codes = piece_codes(table)
+    cont = table.index(b"\x84")  # a lone continuation byte: joins any unit
+    set_unit_codes(model, codes)
+    u = _unit_ids(ids)
+    out: dict[str, Any] = {"unit_ids": u}
+    for unit in ("char", "word"):
+        with router_settings(model, unit=unit):
+            labels = torch.cat((u[:, 1:], u[:, -1:]), dim=1)
+            out[f"route/{unit}_logits"] = megatron_logits(model, u, route_labels=labels)
+            seq = u[:, :PROMPT]
+            for _ in range(NEW):
+                special = (codes[seq[:, -1]] & EMPTY) != 0
+                join = (pending_after(codes, seq) > 0) if unit == "char" else torch.ones_like(special)
+                last = torch.where(join & ~special, cont, 0)
+                logits = megatron_logits(model, seq, route_labels=torch.cat((seq[:, 1:], last[:, None]), dim=1))
+                seq = torch.cat((seq, logits[:, -1].argmax(-1, keepdim=True).cpu()), dim=1)
+            out[f"route/{unit}_greedy"] = seq
+    set_unit_codes(model, None)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +170,13 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(root / "hf-route-override", trust_remote_code=True,
                                                  dtype=torch.float32).eval()
     exported["route-override"] = (summary, model)
+    tok = _unit_vocab.write_tokenizer(str(root / "unit-tok"), _unit_vocab.pieces(_hf.VOCAB))
+    for unit in ("char", "word"):
+        summary = convert_megatron_to_hf(root / "sc-route", root / f"hf-route-{unit}", progress=False, verify=True,
+                                         tolerance=1e-4, tokenizer=tok, route_unit=unit)
+        model = AutoModelForCausalLM.from_pretrained(root / f"hf-route-{unit}", trust_remote_code=True,
+                                                     dtype=torch.float32).eval()
+        exported[f"route-{unit}"] = (summary, model)
     return {"root": root, "hf": hf_logits, "mg": mg, "exported": exported}
 
 
@@ -203,7 +251,7 @@ def test_exported_folder_is_self_contained(results: dict) -> None:
     for name in ("modeling_scale_llama.py", "configuration_scale_llama.py"):
         imports = [line for line in (folder / name).read_text().splitlines() if line.startswith(("import ", "from "))]
         roots = {line.split()[1].split(".")[0] for line in imports}
-        assert roots <= {"__future__", "math", "typing", "torch", "transformers", ""}, roots
+        assert roots <= {"__future__", "base64", "collections", "math", "typing", "torch", "transformers", ""}, roots
 
 
 @pytest.mark.dist
@@ -285,3 +333,67 @@ def test_router_override_at_export_forward_and_generate(results: dict) -> None:
         convert_megatron_to_hf(root / "sc-route", root / "route-up", route_direction="up")
     with pytest.raises(ConversionError, match="--route-tau: tau must be a finite number"):
         convert_megatron_to_hf(root / "sc-route", root / "route-nan", route_tau=float("nan"))
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("unit", ["char", "word"])
+def test_router_unit_at_export_forward_and_generate(results: dict, unit: str) -> None:
+    """An export deciding per character / word routes as megatron-core does, told the labels, at
+    every position but the last (whose label only megatron-core's evaluation knows), and so does the
+    per-token export given route_unit= per call with the codes; generate() with and without KV
+    cache gives megatron-core's greedy tokens under the export's causal rule."""
+    import json
+
+    from megatron_scale.model.route_units import piece_codes
+
+    root, mg = results["root"], results["mg"]
+    summary, model = results["exported"][f"route-{unit}"]
+    assert summary["verify_max_abs_error"] <= 1e-4
+    cfg = json.loads((root / f"hf-route-{unit}" / "config.json").read_text())
+    assert cfg["scale_router_unit"] == unit
+    codes = torch.frombuffer(bytearray(__import__("base64").b64decode(cfg["scale_router_unit_codes"])), dtype=torch.uint8)
+    assert torch.equal(codes, piece_codes(_unit_vocab.pieces(_hf.VOCAB)))
+    ids, ref = mg["unit_ids"], mg[f"route/{unit}_logits"]
+    with torch.no_grad():
+        got = model(ids).logits
+        per_token = model(ids, route_unit="token").logits
+        keep = model.last_route_keep
+    assert _close(got[:, :-1], ref[:, :-1]) <= 1e-5
+    assert _close(per_token[:, :-1], ref[:, :-1]) > 1e-3  # the unit changes the routing
+    assert 0 < float(keep.float().mean()) < 1
+    _, char_model = results["exported"]["route-char"]
+    with torch.no_grad():  # a unit given per call routes as the export recorded with it
+        assert _close(char_model(ids, route_unit=unit).logits[:, :-1], ref[:, :-1]) <= 1e-5
+    greedy_ref = mg[f"route/{unit}_greedy"]
+    with torch.no_grad():
+        cached = model.generate(greedy_ref[:, :PROMPT], max_new_tokens=NEW, do_sample=False, use_cache=True)
+        plain = model.generate(greedy_ref[:, :PROMPT], max_new_tokens=NEW, do_sample=False, use_cache=False)
+    assert torch.equal(cached, greedy_ref), (cached, greedy_ref)
+    assert torch.equal(plain, greedy_ref)
+
+
+@pytest.mark.dist
+def test_router_unit_needs_the_codes(results: dict) -> None:
+    """A char/word unit without the byte-level tokenizer is one error naming what is missing, at
+    export and in the exported model; a KV cache the model did not route per unit is refused."""
+    from transformers import DynamicCache
+
+    from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+
+    root = results["root"]
+    _, default = results["exported"]["route"]
+    ids = results["mg"]["unit_ids"]
+    with pytest.raises(ValueError, match="scale_router_unit 'char' needs scale_router_unit_codes"):
+        default(ids, route_unit="char")
+    with pytest.raises(ValueError, match="scale_router_unit 'syllable'"):
+        default(ids, route_unit="syllable")
+    with pytest.raises(ConversionError, match="router unit 'word' .*give --tokenizer"):
+        convert_megatron_to_hf(root / "sc-route", root / "route-word-notok", route_unit="word")
+    with pytest.raises(ConversionError, match="--route-unit: only a SCALE-Route"):
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-unit", route_unit="char")
+    _, model = results["exported"]["route-char"]
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(ids[:, :4], cache=cache, route_unit="token")
+        with pytest.raises(ValueError, match="continues a KV cache that no call routed per char"):
+            model(ids[:, 4:5], cache=cache)

@@ -224,8 +224,10 @@ class Audit:
             if image_path == dest or (is_dir and dest in image_path.parents):
                 repo_file = self.repo / src / image_path.relative_to(dest) if is_dir else self.repo / src
                 out = []
-                for raw in repo_file.read_text().splitlines():
-                    req = raw.split(" #", 1)[0].strip()
+                # pip's format: a trailing backslash continues the line; options such as --hash
+                # follow the requirement on its line
+                for raw in re.sub(r"\\\n", " ", repo_file.read_text()).splitlines():
+                    req = re.split(r"\s--?[a-z]", raw.split(" #", 1)[0].strip(), maxsplit=1)[0].strip()
                     if req.startswith(("-r ", "--requirement ")):  # relative to the file naming it
                         out += self._requirements_file(line, str(image_path.parent / req.split(None, 1)[1]), state)
                     elif req and not req.startswith(("#", "-")):

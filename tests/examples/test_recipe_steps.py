@@ -112,28 +112,28 @@ def test_per_method_flags(tmp_path: Path) -> None:
 def test_fresh_tiny_run_lists_every_step(tmp_path: Path) -> None:
     s = _settings(tmp_path, METHODS="scale-preserve full")
     todo = actions(s)
-    assert [a.step for a in todo] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [a.step for a in todo] == [1, 2, 3, 4, 5, 6, 6, 7, 8, 9]
     assert [a.title.split(" ")[0] for a in todo] == ["data", "pre-train", "upscale", "continue", "continue",
-                                                     "evaluate:", "export", "export", "greedy"]
+                                                     "evaluate:", "evaluate:", "export", "export", "greedy"]
     got = _resolved(s)
     assert all(isinstance(c, Command) for c in got)
     base = got[1]
     assert isinstance(base, Command) and base.kind == "train" and "--load" not in base.args
     assert base.args[:2] == ("--num-layers", "4") and _flag(list(base.args), "--method") == "full"
-    export = got[6]
+    export = got[7]
     assert isinstance(export, Command) and export.args[-1] == "--verify"
     # every run evaluates Shakespeare, the modern English prose and Korean; the report has all three
     train = _train(s, "full")
     i = train.index("--eval-data-path")
     assert [a.split("=")[0] for a in train[i + 1:i + 4]] == ["en", "ko", "en_modern"]
     assert train[i + 3] == f"en_modern={tmp_path / 'data' / 'en_modern_valid_text_document'}"
-    report = got[5]
+    report = got[6]
     assert isinstance(report, Command) and report.args[-6:-2] == ("--old", "en", "--old", "en_modern")
-    samples = got[8]
+    samples = got[9]
     assert isinstance(samples, Command) and samples.args == (
         "tools/generate_samples.py", "--model", f"scale-preserve={tmp_path / 'hf' / 'scale-preserve'}",
         "--model", f"full={tmp_path / 'hf' / 'full'}", "--output", str(tmp_path / "report"))
-    assert len(actions(_settings(tmp_path, METHODS="full", SAMPLES="0"))) == 5
+    assert len(actions(_settings(tmp_path, METHODS="full", SAMPLES="0"))) == 6
 
 
 def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
@@ -154,10 +154,11 @@ def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
     assert got[2] == f"upscaled: {tmp_path / 'ckpt' / 'scale-preserve'}"
     assert _flag(_train(s, "scale-preserve"), "--load") == str(tmp_path / "runs" / "scale-preserve")
     assert got[4] == f"trained: {tmp_path / 'runs' / 'full' / 'iter_0000100'}"
-    assert isinstance(got[5], Command) and got[5].args[0] == "tools/scale_report.py"  # always re-made
-    assert isinstance(got[6], Command) and _flag(list(got[6].args), "--load").endswith("scale-preserve/iter_0000050")
-    assert got[7] == f"exported: {tmp_path / 'hf' / 'full'}"
-    assert len(actions(s)) == 9  # the list never depends on the work dir
+    assert isinstance(got[5], Command) and got[5].args[0] == "tools/text_bytes.py"
+    assert isinstance(got[6], Command) and got[6].args[0] == "tools/scale_report.py"  # always re-made
+    assert isinstance(got[7], Command) and _flag(list(got[7].args), "--load").endswith("scale-preserve/iter_0000050")
+    assert got[8] == f"exported: {tmp_path / 'hf' / 'full'}"
+    assert len(actions(s)) == 10  # the list never depends on the work dir
 
 
 def test_interrupted_base_resumes_from_its_save_dir(tmp_path: Path) -> None:
@@ -205,28 +206,39 @@ def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> N
     assert (s.demo_model, s.demo_corpora, s.hf_model, s.from_scratch) == (True, True, str(model), False)
     assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input, s.extra_eval) == (
         str(raw / "ko_train.jsonl"), str(raw / "ko_valid.jsonl"), str(raw / "en_valid.jsonl"),
-        (f"en_modern={raw / 'en_modern_valid.jsonl'}",))
+        (f"en_modern={raw / 'en_modern_valid.jsonl'}", f"en_passages={raw / 'en_passages_valid.jsonl'}"))
     assert (s.tp, s.device) == (1, "cpu")
     assert {m: s.lr_of(m) for m in s.methods} == {
         "scale-preserve": "1e-3", "llama-pro": "2e-4", "full": "1e-5", "lora": "1e-5", "freeze": "1e-5"}
     todo = actions(s)
-    assert [a.title.split(" ")[0] for a in todo[:8]] == ["prepare", "data", "data", "data", "data", "data",
+    assert [a.title.split(" ")[0] for a in todo[:9]] == ["prepare", "data", "data", "data", "data", "data", "data",
                                                         "convert", "upscale"]
     got = _resolved(s)
     assert got[0] == Command(kind="single", args=("tools/prepare_demo_model.py", "--output-dir", str(model)))
     assert got[1] == Command(kind="single", args=("tools/prepare_demo_data.py", "--output-dir", str(raw),
-                                                  "--raw-only"))
-    pre = [list(c.args) for c in got[2:6] if isinstance(c, Command)]
+                                                  "--raw-only", "--larger"))
+    pre = [list(c.args) for c in got[2:7] if isinstance(c, Command)]
     assert [(_flag(a, "--input"), _flag(a, "--tokenizer-model")) for a in pre] == [
-        (str(raw / f"{n}.jsonl"), str(model)) for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid")]
+        (str(raw / f"{n}.jsonl"), str(model))
+        for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid")]
     assert _flag(pre[3], "--output-prefix") == str(tmp_path / "data" / "en_modern_eval")
-    assert _flag(list(got[6].args), "--load") == str(model)  # type: ignore[union-attr]
+    assert _flag(pre[4], "--output-prefix") == str(tmp_path / "data" / "en_passages_eval")
+    report = next(c for c in got if isinstance(c, Command) and c.args[0] == "tools/scale_report.py")
+    assert report.args[-6:-2] == ("--old", "en_modern", "--old", "en_passages")
+    assert _flag(list(got[7].args), "--load") == str(model)  # type: ignore[union-attr]
     assert _flag(_train(s, "scale-preserve"), "--tokenizer-model") == str(model)
+    # benchmark accuracy of the converted base and every method, on a small subset, with SmolLM2's tokenizer
+    assert (s.benchmarks, s.benchmark_limit) == ("arc_easy,hellaswag", 50)
+    bench = [c for c in got if isinstance(c, Command) and c.args[0] == "tools/eval_benchmarks.py"]
+    assert [_flag(list(c.args), "--load") for c in bench] == [
+        str(tmp_path / "ckpt" / "base"), *(str(tmp_path / "runs" / m / "iter_0000000") for m in s.methods)]
+    assert all(_flag(list(c.args), "--tokenizer") == str(model) for c in bench)
     # done: the folder has its config.json, the raw corpora are written (a requeued job skips both)
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     raw.mkdir(parents=True)
-    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid"):
+    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
+              "ko_rnd_valid"):
         (raw / f"{n}.jsonl").touch()
     got = _resolved(s)
     assert got[:2] == [f"demo model ready: {model}", f"demo corpora (raw JSONL) ready in {raw}"]
@@ -264,11 +276,11 @@ def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.
     assert out.splitlines() == ["single", "tools/prepare_demo_data.py", "--output-dir", str(tmp_path / "data")]
     assert "step 1: data" in err
     (tmp_path / "hf" / "full").mkdir(parents=True)
-    assert main(["next", "5"]) == 0
+    assert main(["next", "6"]) == 0
     out, err = capsys.readouterr()
     assert out == "skip\n" and "exported:" in err
-    assert main(["next", "6"]) == 0 and capsys.readouterr().out.startswith("single\ntools/generate_samples.py\n")
-    assert main(["next", "7"]) == 0 and capsys.readouterr().out == "end\n"
+    assert main(["next", "7"]) == 0 and capsys.readouterr().out.startswith("single\ntools/generate_samples.py\n")
+    assert main(["next", "8"]) == 0 and capsys.readouterr().out == "end\n"
     monkeypatch.setenv("TP", "x")
     assert main(["next", "1"]) == 2 and "TP='x' is not an integer" in capsys.readouterr().err
 
@@ -290,8 +302,8 @@ def test_route_sweep_follows_scale_route_and_feeds_the_report(tmp_path: Path) ->
     route_sweep = _sweep_parser()
     s = _settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="8", ROUTE_KEEP_OLD="0.9")
     titles = [a.title.split(" ")[0] for a in actions(s)]
-    assert titles == ["data", "pre-train", "upscale", "continue", "sweep", "continue", "evaluate:", "export", "export",
-                      "greedy"]
+    assert titles == ["data", "pre-train", "upscale", "continue", "sweep", "continue", "evaluate:", "evaluate:",
+                      "export", "export", "greedy"]
     run = tmp_path / "runs" / "scale-route"
     run.mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text("100\n")
@@ -307,7 +319,7 @@ def test_route_sweep_follows_scale_route_and_feeds_the_report(tmp_path: Path) ->
     assert (a.keep_old, a.min_new_adapt) == (0.9, 0.5)
     assert (a.calibration_old_data, a.calibration_new_data) == (str(data / "en_valid_text_document"),
                                                                 str(data / "ko_valid_text_document"))
-    report = got[6]
+    report = got[7]
     assert isinstance(report, Command) and _flag(list(report.args), "--route-sweep") == str(run / "sweep" / "sweep.json")
     # done: sweep.json records what the tool would record for this command
     (run / "sweep").mkdir()
@@ -363,3 +375,78 @@ def test_done_asks_again_after_a_launch(tmp_path: Path, monkeypatch: pytest.Monk
     assert main(["done", "2"]) == 0 and capsys.readouterr().out == "done\n"  # the base: 300 of 300
     assert main(["done", "9"]) == 2 and "done 9: there are actions 1 to" in capsys.readouterr().err
     assert main(["done"]) == 2 and "usage:" in capsys.readouterr().err
+
+
+def _tool_parser(name: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_tool_{name}", REPO / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_evaluation_step_counts_bytes_and_scores_benchmarks(tmp_path: Path) -> None:
+    """Every recipe counts its held-out sets' bytes (the report's bits per byte); BENCHMARKS adds
+    tools/eval_benchmarks.py on the base's checkpoint and on every method's last one (at TP x PP,
+    with flags the tool accepts), and the report reads every JSON. Each is done when its JSON
+    records the same sets and tokenizer, or the same checkpoint, tasks and limit."""
+    s = _settings(tmp_path, METHODS="scale-preserve full", BENCHMARKS="arc_easy,hellaswag", BENCHMARK_LIMIT="20")
+    todo = actions(s)
+    evaluate = [a for a in todo if a.title.startswith("evaluate:")]
+    assert len(evaluate) == 5 and "benchmark accuracy before and after (arc_easy,hellaswag)" in evaluate[0].title
+    for run, it in (("base", 300), ("scale-preserve", 100), ("full", 100)):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
+    got = [a.resolve() for a in evaluate]
+    assert all(isinstance(c, Command) and c.kind == "single" for c in got)
+    data, ev = tmp_path / "data", tmp_path / "report" / "eval"
+    count = got[0].args
+    assert count[0] == "tools/text_bytes.py" and _flag(list(count), "--tokenizer-model") == str(data / "tokenizer")
+    assert [count[i + 1] for i, a in enumerate(count) if a == "--data"] == [
+        f"en={data / 'en_valid_text_document'}", f"ko={data / 'ko_valid_text_document'}",
+        f"en_modern={data / 'en_modern_valid_text_document'}"]
+    tool = _tool_parser("eval_benchmarks")
+    loads = []
+    for cmd in got[1:4]:
+        assert cmd.args[0] == "tools/eval_benchmarks.py"
+        a = tool.parser().parse_args(cmd.args[1:])
+        assert (a.tokenizer, a.tasks, a.limit, a.tensor_model_parallel_size, a.pipeline_model_parallel_size) == (
+            str(data / "tokenizer"), "arc_easy,hellaswag", 20, 2, 1)
+        loads.append((a.load, a.output))
+    assert loads == [(str(tmp_path / "runs" / m / f"iter_{it:07d}"), str(ev / f"{name}.json"))
+                     for m, it, name in (("base", 300, "base"), ("scale-preserve", 100, "scale-preserve"),
+                                         ("full", 100, "full"))]
+    report = list(got[4].args)
+    assert _flag(report, "--text-bytes") == str(ev / "text_bytes.json")
+    assert [report[i + 1] for i, a in enumerate(report) if a == "--benchmarks"] == [
+        f"{m}={ev / f'{m}.json'}" for m in ("base", "scale-preserve", "full")]
+    # done when the JSON records what the command would make; another checkpoint or limit is not
+    ev.mkdir(parents=True)
+    sets = {"en": str(data / "en_valid_text_document"), "ko": str(data / "ko_valid_text_document"),
+            "en_modern": str(data / "en_modern_valid_text_document")}
+    (ev / "text_bytes.json").write_text(json.dumps({"tokenizer": str(data / "tokenizer"), "sets": {
+        n: {"prefix": p, "tokens": 1, "bytes": 2} for n, p in sets.items()}}))
+    (ev / "full.json").write_text(json.dumps({"checkpoint": str(tmp_path / "runs" / "full" / "iter_0000100"),
+                                              "limit": 20, "results": {"hellaswag": {}, "arc_easy": {}}}))
+    got = [a.resolve() for a in evaluate]
+    assert got[0] == f"held-out bytes counted: {ev / 'text_bytes.json'}"
+    assert got[3] == f"benchmarks scored: {ev / 'full.json'}" and isinstance(got[2], Command)
+    other = _settings(tmp_path, METHODS="scale-preserve full", BENCHMARKS="arc_easy,hellaswag", BENCHMARK_LIMIT="30")
+    assert isinstance([a for a in actions(other) if a.title.startswith("evaluate:")][3].resolve(), Command)
+    (tmp_path / "runs" / "full" / "latest_checkpointed_iteration.txt").write_text("150\n")  # trained further
+    assert isinstance(evaluate[3].resolve(), Command)
+    # no BENCHMARKS (the default): bytes and the report only; BENCHMARK_LIMIT=0 scores every document
+    plain = _settings(tmp_path, METHODS="full")
+    assert len([a for a in actions(plain) if a.title.startswith("evaluate:")]) == 2
+    every = _settings(tmp_path, METHODS="full", BENCHMARKS="mmlu", BENCHMARK_LIMIT="0")
+    cmd = [a for a in actions(every) if a.title.startswith("evaluate:")][1].resolve()
+    assert isinstance(cmd, Command) and "--limit" not in cmd.args
+
+
+def test_benchmark_settings_refused(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="BENCHMARK_LIMIT=1: 0 .every document. or at least 2"):
+        _settings(tmp_path, BENCHMARKS="arc_easy", BENCHMARK_LIMIT="1")
+    with pytest.raises(SettingsError, match="BENCHMARKS='arc_easy hellaswag' is not comma-separated task names"):
+        _settings(tmp_path, BENCHMARKS="arc_easy hellaswag")

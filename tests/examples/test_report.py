@@ -189,3 +189,92 @@ def test_route_sweep_section_reads_a_reversed_router_below(tmp_path: Path) -> No
     write_json(str(tmp_path / "sweep" / "sweep.json"), res)
     sw = write_report(base, {"scale-route": route}, tmp_path / "out2", route_sweep=tmp_path / "sweep" / "sweep.json")
     assert sw["route_sweep"]["statistics"]["max-prob"]["direction"] == "above"
+
+
+def _sizes(path: Path, **sets: tuple[int, int]) -> Path:
+    """tools/text_bytes.py's JSON: tokens and bytes per set."""
+    path.write_text(json.dumps({"tokenizer": "tok", "sets": {
+        n: {"prefix": f"data/{n}", "documents": 3, "tokens": t, "bytes": b, "chars": b} for n, (t, b) in sets.items()}}))
+    return path
+
+
+def test_bits_per_byte_beside_every_perplexity_and_in_the_curves(tmp_path: Path) -> None:
+    """bpb = lm_loss / ln 2 * tokens / bytes of the set: Korean at 1 token per 3 bytes (a
+    tokenizer that knows Hangul) and English at 1 per 4; the curves gain a bpb row."""
+    base = _metrics(tmp_path / "base.jsonl", {0: {"en": 100.0, "ko": 1000.0}})
+    runs = {"full": _metrics(tmp_path / "f.jsonl", {0: {"en": 100.0, "ko": 1000.0}, 10: {"en": 120.0, "ko": 50.0}})}
+    sizes = _sizes(tmp_path / "bytes.json", en=(1000, 4000), ko=(1000, 3000))
+    res = write_report(base, runs, tmp_path / "out", text_bytes=sizes)
+    bpb = lambda ppl, ratio: math.log(ppl) / math.log(2) * ratio  # noqa: E731
+    assert res["base"]["bpb"] == pytest.approx({"en": bpb(100, 1 / 4), "ko": bpb(1000, 1 / 3)})
+    assert res["runs"][0]["bpb"] == pytest.approx({"en": bpb(120, 1 / 4), "ko": bpb(50, 1 / 3)})
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert lines[0].startswith("| method | en PPL (forgetting) | en bpb | en change | ko PPL (learning) | ko bpb | ko change |")
+    assert f"| full fine-tuning | 120.00 | {bpb(120, 1 / 4):.3f} | +20.0% | 50.00 | {bpb(50, 1 / 3):.3f} | -95.0% |  |" in lines
+    assert f"| base (iteration 0) | 100.00 | {bpb(100, 1 / 4):.3f} |  | 1000.00 | {bpb(1000, 1 / 3):.3f} |  |  |" in lines
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    points = curve(runs["full"], "ko", {"ko": {"tokens": 1000, "bytes": 3000}})
+    assert [p[0] for p in points] == [0, 10]
+    assert [p[1] for p in points] == pytest.approx([bpb(1000, 1 / 3), bpb(50, 1 / 3)])
+    without = tmp_path / "plain"
+    write_report(base, runs, without)
+    assert (tmp_path / "out" / "perplexity.png").stat().st_size > (without / "perplexity.png").stat().st_size
+    with pytest.raises(ValueError, match=r"bytes.json: no set\(s\) \['ko'\]"):
+        write_report(base, runs, tmp_path / "out", text_bytes=_sizes(tmp_path / "bytes.json", en=(1, 4)))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="--text-bytes .*bad.json: not tools/text_bytes.py's output"):
+        write_report(base, runs, tmp_path / "out", text_bytes=tmp_path / "bad.json")
+
+
+def _bench(path: Path, **tasks: list[int]) -> str:
+    """tools/eval_benchmarks.py's JSON: per task, each document right (1) or wrong (0); hellaswag
+    reports acc_norm (right/wrong as given, acc the opposite), winogrande acc only."""
+    from megatron_scale.evaluation.scoring import mean_stderr
+
+    results = {}
+    for task, right in tasks.items():
+        norm = task != "winogrande"
+        items = [{"doc_id": str(i), "acc": float(1 - r if norm else r), "acc_norm": float(r), "lls": [0.0, -1.0]}
+                 for i, r in enumerate(right)]
+        acc = mean_stderr([i["acc"] for i in items])
+        r = {"acc": acc[0], "acc_stderr": acc[1], "n": len(items), "n_total": 100, "seed": 7, "num_fewshot": 0,
+             "per_item": items}
+        if norm:
+            r["acc_norm"], r["acc_norm_stderr"] = mean_stderr([i["acc_norm"] for i in items])
+        results[task] = r
+    path.write_text(json.dumps({"checkpoint": "ckpt", "limit": len(right), "results": results}))
+    return str(path)
+
+
+def test_benchmark_accuracy_before_and_after(tmp_path: Path) -> None:
+    """acc_norm where reported, else acc, ± standard error; the change is paired over documents."""
+    base = _metrics(tmp_path / "base.jsonl", {0: {"en": 100.0, "ko": 1000.0}})
+    runs = {"full": _metrics(tmp_path / "f.jsonl", {10: {"en": 120.0, "ko": 50.0}}),
+            "scale-preserve": _metrics(tmp_path / "p.jsonl", {10: {"en": 101.0, "ko": 60.0}})}
+    before = [1, 1, 1, 0, 0, 1, 0, 1]
+    bench = {"base": _bench(tmp_path / "b.json", hellaswag=before, winogrande=before),
+             "full": _bench(tmp_path / "fb.json", hellaswag=[0, 0, 1, 0, 0, 1, 0, 0], winogrande=before),
+             "scale-preserve": _bench(tmp_path / "pb.json", hellaswag=[1, 1, 1, 0, 1, 1, 0, 1], winogrande=before)}
+    res = write_report(base, runs, tmp_path / "out", benchmarks=bench)
+    nums = res["benchmarks"]["numbers"]
+    assert nums["base"]["hellaswag"]["metric"] == "acc_norm" and nums["base"]["winogrande"]["metric"] == "acc"
+    assert nums["base"]["hellaswag"]["value"] == 5 / 8 and "change" not in nums["base"]["hellaswag"]
+    full = nums["full"]["hellaswag"]
+    diffs = [-1, -1, 0, 0, 0, 0, 0, -1]  # three documents lost
+    sd = math.sqrt(sum((d + 3 / 8) ** 2 for d in diffs) / 7)
+    assert full["change"] == pytest.approx(-3 / 8) and full["change_stderr"] == pytest.approx(sd / math.sqrt(8))
+    assert nums["scale-preserve"]["hellaswag"]["change"] == pytest.approx(1 / 8)
+    assert nums["full"]["winogrande"]["change"] == 0.0 and nums["full"]["winogrande"]["change_stderr"] == 0.0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| model | hellaswag acc_norm (%) | hellaswag change (points) | winogrande acc (%) | winogrande change (points) |" in md
+    assert f"| full fine-tuning | 25.0 ± 16.4 | -37.5 ± {100 * sd / math.sqrt(8):.1f} | 62.5 ± 18.3 | +0.0 ± 0.0 |" in md
+    assert "documents per task: hellaswag 8, winogrande 8, seed 7" in md
+    # a model scored on other documents, a missing base, a file that is not the tool's output
+    other = _bench(tmp_path / "o.json", hellaswag=before[:6], winogrande=before[:6])
+    with pytest.raises(ValueError, match="o.json, hellaswag: scored other documents than the base"):
+        write_report(base, runs, tmp_path / "out", benchmarks={**bench, "full": other})
+    with pytest.raises(ValueError, match="no base=FILE"):
+        write_report(base, runs, tmp_path / "out", benchmarks={"full": bench["full"]})
+    (tmp_path / "x.json").write_text(json.dumps({"results": {"hellaswag": {"per_item": []}}}))
+    with pytest.raises(ValueError, match="x.json: not tools/eval_benchmarks.py's output"):
+        write_report(base, runs, tmp_path / "out", benchmarks={**bench, "full": str(tmp_path / "x.json")})

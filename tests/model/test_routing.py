@@ -7,6 +7,10 @@ multiple of z_p; no gradient flows through the choice.
 Full model (gloo, 2 ranks): a Route model with trained-looking heads routes some tokens each way;
 its routed logits equal the choice recomputed from its own z_p and z_a, and at TP=2 (vocab-parallel
 partial sums all-reduced, logits never gathered for routing) they equal TP=1's, with the same share.
+Per character and per word (router unit, tests/_unit_vocab.py: a hand-made byte-level vocabulary
+and Korean string, the labels given with the forward): every token takes the decision of its
+unit's first token, recomputed here from the bytes; every byte token of a Hangul syllable takes one
+decision; TP=2 equals TP=1.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pytest
 import torch
 
 from megatron_scale.model.routing import route
-from tests import _tiny
+from tests import _tiny, _unit_vocab
 from tests._dist import run_ranks
 
 
@@ -125,7 +129,55 @@ def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
     either = torch.all((routed == z_p) | (routed == z_a), dim=-1)
     return {"routed": routed, "share": head.preserve_fraction,
             "recomputed_equal": bool(torch.equal(routed[clear], expected[clear]) and either.all()),
-            "share_recomputed": float(keep.double().mean()), "state": state, "tau": tau}
+            "share_recomputed": float(keep.double().mean()), "state": state, "tau": tau,
+            "units": _units_at(model, b, tau)}
+
+
+def _unit_firsts(table: list[bytes], labels: list[int], unit: str) -> list[int]:
+    """The position of each label's unit's first token, from the bytes (the rule, restated)."""
+    first: list[int] = []
+    for t, i in enumerate(labels):
+        piece, prev = table[i], table[labels[t - 1]] if t else b""
+        joins = bool(t and piece and prev and (piece[0] & 0xC0 == 0x80 or (
+            unit == "word" and (piece[0] not in b" \t\n" or prev[-1] in b" \t\n"))))
+        first.append(first[-1] if joins else t)
+    return first
+
+
+def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
+    """Route the Korean string (row 0) and a random row per character and per word."""
+    from megatron_scale.model.builder import output_head, router_settings, set_unit_codes
+    from megatron_scale.model.route_units import piece_codes
+
+    table = _unit_vocab.pieces(_tiny.VOCAB)
+    korean = torch.tensor(_unit_vocab.encode(_unit_vocab.KOREAN, table), device=b["input_ids"].device)
+    assert korean.numel() == _tiny.SEQ + 1
+    full = torch.cat((b["input_ids"], b["labels"][:, -1:]), dim=1)
+    full[0] = korean
+    args, labels = (full[:, :-1], b["position_ids"], b["attention_mask"]), full[:, 1:]
+    set_unit_codes(model, piece_codes(table, _tiny.VOCAB))
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        with output_head(model, "preserve"):
+            z_p = model(*args)
+        with output_head(model, "adapt"):
+            z_a = model(*args)
+        cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
+        for unit in ("char", "word"):
+            with router_settings(model, tau=tau, unit=unit):
+                routed = model(*args, route_labels=labels)
+            firsts = torch.tensor([_unit_firsts(table, row, unit) for row in labels.tolist()], device=cos.device)
+            keep = (cos >= tau).gather(1, firsts)
+            expected = torch.where(keep.unsqueeze(-1), z_p, z_a)
+            clear = ((cos - tau).abs() > 1e-5).gather(1, firsts)
+            kept = torch.all(routed == z_p, dim=-1)
+            out[unit] = {"routed": routed, "equal": bool(torch.equal(routed[clear], expected[clear])),
+                         "either": bool(torch.all(kept | torch.all(routed == z_a, dim=-1))),
+                         "kept": kept, "firsts": firsts, "units": int(firsts[0].unique().numel())}
+        with router_settings(model, tau=tau):
+            out["token_kept"] = torch.all(model(*args) == z_p, dim=-1)
+    set_unit_codes(model, None)
+    return out
 
 
 def _body(rank: int, world: int) -> dict[str, Any]:
@@ -141,12 +193,45 @@ def _body(rank: int, world: int) -> dict[str, Any]:
     return {"tp1": tp1, "tp2": tp2, "max_diff": float((tp1["routed"] - tp2["routed"]).abs().max())}
 
 
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, Any]]:
+    return run_ranks(_body, 2)
+
+
 @pytest.mark.dist
-def test_route_model_tp2_equals_tp1() -> None:
-    for r in run_ranks(_body, 2):
+def test_route_model_tp2_equals_tp1(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
         for tp in ("tp1", "tp2"):
             assert r[tp]["recomputed_equal"], tp
             assert r[tp]["share"] == pytest.approx(r[tp]["share_recomputed"])
         assert 0.0 < r["tp1"]["share"] < 1.0, "the test needs tokens routed each way"
         assert r["tp2"]["share"] == r["tp1"]["share"]
         assert r["max_diff"] < 1e-4
+
+
+@pytest.mark.dist
+def test_route_per_character_and_word(ranks: list[dict[str, Any]]) -> None:
+    """One decision per unit, the unit's first token's; a syllable's byte tokens never split."""
+    table = _unit_vocab.pieces(_tiny.VOCAB)
+    ids = _unit_vocab.encode(_unit_vocab.KOREAN, table)
+    labels = ids[1:]  # the Korean row's labels
+    char_of_byte = [k for k, ch in enumerate(_unit_vocab.KOREAN) for _ in ch.encode("utf-8")]
+    starts = [sum(len(table[i]) for i in ids[: t + 1]) for t in range(len(labels))]
+    chars = [char_of_byte[s] for s in starts]  # the character each label begins in
+    split = {chars[t] for t, i in enumerate(labels) if table[i][0] & 0xC0 == 0x80}
+    assert len(split) >= 4  # syllables coded as several byte tokens
+    for r in ranks:
+        for tp in ("tp1", "tp2"):
+            u = r[tp]["units"]
+            for unit in ("char", "word"):
+                assert u[unit]["equal"] and u[unit]["either"], (tp, unit)
+            kept = u["char"]["kept"][0].tolist()
+            for c in split:
+                members = {kept[t] for t, k in enumerate(chars) if k == c}
+                assert len(members) == 1, (tp, c)  # every byte token of the character: one decision
+            # the units change the routing: some token is routed unlike its own statistic says
+            assert not torch.equal(u["char"]["kept"], u["token_kept"])
+            assert not torch.equal(u["word"]["kept"], u["char"]["kept"])
+            assert u["word"]["units"] < u["char"]["units"] < len(labels)
+        for unit in ("char", "word"):
+            assert float((r["tp1"]["units"][unit]["routed"] - r["tp2"]["units"][unit]["routed"]).abs().max()) < 1e-4

@@ -121,7 +121,7 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
         ({"--calibration-skip": "40", "--save": None}, "--calibration-old-data"),
         ({"--calibration-skip": "-1"}, "--calibration-skip: must be at least 0"),
         ({"--tokenizer": None}, "--route-units char/word need --tokenizer"),
-        ({"--route-units": "char"}, "--save: the model routes per token"),
+        ({"--route-units": "char"}, "--save: a model routing per char decides by the unit's first token"),
     ],
 )
 def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys: pytest.CaptureFixture) -> None:

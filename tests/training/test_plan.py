@@ -54,6 +54,7 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--route-tau", "0.7"), 1, "--route-tau: only a --method scale-route model routes"),
         (("--method", "scale-route", "--route-tau", "nan"), 1, "--route-tau: tau must be a finite number"),
         (("--route-direction", "below"), 1, "--route-direction: only a --method scale-route model routes"),
+        (("--route-unit", "char"), 1, "--route-unit: only a --method scale-route model routes"),
         (("--fp8-format", "hybrid"), 1, "--fp8-format needs --transformer-impl transformer_engine"),
         (("--fp8-recipe", "tensorwise"), 1, "--fp8-recipe needs --fp8-format"),
         (("--gradient-accumulation-fusion",), 1, "--gradient-accumulation-fusion needs --transformer-impl"),

@@ -2,7 +2,9 @@
 run upscaled from a base and trained a few steps on another dataset, evaluated in the entry's own `evaluate` with tau = -1 (every token to
 the preservation head) and tau = 2 (every token to the adaptation head) gives exactly the losses
 of the two heads; at the model's own tau it is the model's routing, and the share routed to the
-preservation head falls as tau rises."""
+preservation head falls as tau rises. With the byte-level --tokenizer-model (tests/_unit_vocab.py)
+and --route-unit, evaluation decides per character or per word: another routing than per token at
+the same tau, the same as per token where every token goes one way (tau = -1, 2)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.training._runs import MODEL, make_dataset
+from tests import _unit_vocab
+from tests.training._runs import MODEL, VOCAB, make_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.dist
@@ -45,7 +48,12 @@ try:
     for tau in (None, -1.0, 0.0, 0.5, 0.9, 0.999, 2.0):  # None: the model's own (--scale-router-tau 0.999)
         run.config.logging.route_tau = tau
         out[str(tau)] = loop.evaluate(run)["en"]
-    run.config.logging.route_tau = None
+    for unit in ("token", "char", "word"):
+        run.config.logging.route_unit = unit
+        for tau in (None, -1.0, 0.6, 0.7, 0.75, 0.8, 0.85, 2.0):
+            run.config.logging.route_tau = tau
+            out[f"{unit}/{tau}"] = loop.evaluate(run)["en"]
+    run.config.logging.route_tau = run.config.logging.route_unit = None
     for head in ("preserve", "adapt"):
         with output_head(run.model, head):
             out[head] = loop.evaluate(run)["en"]
@@ -63,7 +71,9 @@ def test_route_tau_override_picks_the_heads(tmp_path: Path) -> None:
     run = [*MODEL, "--train-iters", "4", "--eval-iters", "1", "--eval-data-path", f"en={en}"]
     base = [*run, "--method", "full", "--data-path", en, "--save", str(tmp_path / "base")]
     route = [*run, "--method", "scale-route", "--data-path", ko, "--load", str(tmp_path / "base" / "iter_0000004"),
-             "--scale-router-tau", "0.999", "--lr", "3e-2"]
+             "--scale-router-tau", "0.999", "--lr", "3e-2", "--tokenizer-type", "HuggingFaceTokenizer",
+             "--tokenizer-model", _unit_vocab.write_tokenizer(str(tmp_path / "tok"), _unit_vocab.pieces(VOCAB)),
+             "--route-unit", "char"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PORT": str(free_port()), "PORT2": str(free_port()),
            "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(EVALUATE), json.dumps(base), json.dumps(route)],
@@ -77,3 +87,11 @@ def test_route_tau_override_picks_the_heads(tmp_path: Path) -> None:
     assert r["0.999"] == r["None"]
     fractions = [r[str(t)]["preserve_fraction"] for t in (-1.0, 0.0, 0.5, 0.9, 0.999, 2.0)]
     assert fractions == sorted(fractions, reverse=True) and len(set(fractions)) > 1, fractions
+    # the run's --route-unit char is what it evaluates with; token is the model's own routing
+    assert r["token/None"] == r["None"]
+    for unit in ("char", "word"):
+        assert r[f"{unit}/-1.0"] == r["-1.0"] and r[f"{unit}/2.0"] == r["2.0"]
+    split = [t for t in (0.6, 0.7, 0.75, 0.8, 0.85) if 0 < r[f"token/{t}"]["preserve_fraction"] < 1]
+    assert split, "the test needs a tau routing tokens each way"
+    assert any(r[f"char/{t}"] != r[f"token/{t}"] for t in split)  # one decision per character
+    assert any(r[f"word/{t}"] != r[f"char/{t}"] for t in split)  # per word: fewer, longer units

@@ -16,6 +16,12 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
     scale_router_direction  above (keep z_p where statistic >= tau, the paper's; the default, so a
                          folder without the key reads as above) | below (keep z_p where <= tau)
                          (editable; forward() and generate() also take route_direction=...)
+    scale_router_unit    token (the default, so a folder without the key routes per token) | char |
+                         word: all tokens of one UTF-8 character or whitespace-delimited word take the
+                         decision of the unit's first token (editable; forward() and generate() also
+                         take route_unit=...); char and word need scale_router_unit_codes
+    scale_router_unit_codes  base64 of one byte per token id: what the unit rules need of its bytes
+                         (written by the export when given the byte-level tokenizer)
     scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
     scale_tied_output    the preservation head W_out is the input embedding E
 
@@ -48,6 +54,8 @@ class ScaleLlamaConfig(LlamaConfig):
         scale_router_tau: float = 0.5,
         scale_router_statistic: str = "cosine",
         scale_router_direction: str = "above",
+        scale_router_unit: str = "token",
+        scale_router_unit_codes: str | None = None,
         scale_output_head: str = "auto",
         scale_tied_output: bool = False,
         **kwargs,
@@ -61,6 +69,8 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_router_tau = scale_router_tau
         self.scale_router_statistic = scale_router_statistic
         self.scale_router_direction = scale_router_direction
+        self.scale_router_unit = scale_router_unit
+        self.scale_router_unit_codes = scale_router_unit_codes
         self.scale_output_head = scale_output_head
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied

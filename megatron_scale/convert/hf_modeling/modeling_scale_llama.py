@@ -15,13 +15,17 @@ Every linear y = W x of the base is upscaled:
 - output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head);
   the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a (or another statistic:
   config.scale_router_statistic; with config.scale_router_direction "below", where the statistic
-  <= tau; tau, statistic and direction can be overridden per call).
+  <= tau; tau, statistic and direction can be overridden per call); with config.scale_router_unit
+  char / word, all tokens of one UTF-8 character / whitespace-delimited word take the decision of
+  the unit's first token (see `UnitRouter`).
 With W12 = 0 the first d dims of every layer and z_p are exactly the base Llama's.
 """
 
 from __future__ import annotations
 
+import base64
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -42,6 +46,9 @@ CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ 
 HEADS = ("auto", "adapt", "preserve", "route")
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 DIRECTIONS = ("above", "below")
+UNITS = ("token", "char", "word")
+# per-token codes (megatron_scale/model/route_units.py writes them; the rules below are its own)
+EMPTY, CONT, SPACE_START, SPACE_END, ALL_CONT, OWED_SHIFT = 1, 2, 4, 8, 16, 5
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -197,7 +204,8 @@ class ScaleOutputLayer(nn.Module):
         self.weight_up = nn.Parameter(torch.empty(vocab, du))
 
     def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float,
-                statistic: str, direction: str = "above") -> tuple[torch.Tensor, torch.Tensor | None]:
+                statistic: str, direction: str = "above",
+                pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         z_p = F.linear(x[..., : self.d], base_weight)
         if head == "preserve":
             return z_p, None
@@ -208,6 +216,8 @@ class ScaleOutputLayer(nn.Module):
         if direction not in DIRECTIONS:
             raise ValueError(f"scale_router_direction {direction!r}: choose one of {DIRECTIONS}")
         keep = stat >= tau if direction == "above" else stat <= tau
+        if pool is not None:
+            keep = pool(keep)
         return torch.where(keep.unsqueeze(-1), z_p, z_a), keep
 
 
@@ -236,6 +246,89 @@ def router_statistic(name: str, z_p: torch.Tensor, z_a: torch.Tensor) -> torch.T
         vocab = p.shape[-1]
         return (1.0 - entropy / math.log(vocab)).clamp(0.0, 1.0) if vocab > 1 else torch.ones_like(s)
     raise ValueError(f"scale_router_statistic {name!r}: choose one of {STATISTICS}")
+
+
+def _codes_of(codes: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    inside = (ids >= 0) & (ids < codes.numel())
+    c = codes.to(ids.device)[ids.clamp(0, codes.numel() - 1)].long()
+    return torch.where(inside, c, torch.full_like(c, EMPTY))
+
+
+def _joins(codes: torch.Tensor, prev: torch.Tensor, cur: torch.Tensor, unit: str) -> torch.Tensor:
+    """Whether predicted token `cur` joins the unit of `prev`, predicted just before it."""
+    p, c = _codes_of(codes, prev), _codes_of(codes, cur)
+    join = (c & CONT) != 0
+    if unit == "word":
+        join = join | ((c & SPACE_START) == 0) | ((p & SPACE_END) != 0)
+    return (((p | c) & EMPTY) == 0) & join
+
+
+def _owed_after(codes: torch.Tensor, ids: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """[b] UTF-8 continuation bytes still owed after the last token of each row (> 0: the text
+    ends inside a character); `before`: owed before the first."""
+    c = _codes_of(codes, ids)
+    owed, all_cont = (c >> OWED_SHIFT) & 3, (c & ALL_CONT) != 0
+    pos = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
+    last = torch.where(all_cont, torch.full_like(pos, -1), pos).max(-1).values
+    spent = torch.where(all_cont & (pos > last.unsqueeze(-1)), owed, torch.zeros_like(owed)).sum(-1)
+    base = torch.where(last < 0, before.to(owed), owed.gather(-1, last.clamp_min(0).unsqueeze(-1)).squeeze(-1))
+    return (base - spent).clamp_min(0)
+
+
+class UnitRouter:
+    """One routing decision per UTF-8 character or word: each predicted token takes the decision of
+    its unit's first token (causal: fixed when the unit starts). The unit of a predicted token is
+    known from its bytes and the previous one's (the codes), except at the last position of the
+    input, whose token is not there yet: it continues the open unit when the text so far ends
+    inside a character (char, word) or, for word, always unless the last token is special; else it
+    starts one. On a whole sequence this is exactly the Megatron model's routing at every position
+    but the last (whose label the Megatron evaluation knows). Across calls that continue a KV cache
+    (generate()), the state of the open unit is carried; the token the last call could not see is
+    then known, and the open unit is what the known tokens make it."""
+
+    def __init__(self, codes: torch.Tensor, unit: str, ids: torch.Tensor, carry: dict | None) -> None:
+        self.codes, self.unit, self.ids, self.carry = codes, unit, ids, carry
+        self.state: dict | None = None
+
+    def __call__(self, keep: torch.Tensor) -> torch.Tensor:
+        ids, codes, carry = self.ids, self.codes, self.carry
+        b, n = ids.shape
+        starts = torch.ones(b, n, dtype=torch.bool, device=ids.device)
+        if n > 1:
+            starts[:, :-1] = ~_joins(codes, ids[:, :-1], ids[:, 1:], self.unit)  # labels known: ids[j + 1]
+        before = torch.zeros(b, dtype=torch.long, device=ids.device) if carry is None else carry["owed"]
+        owed = _owed_after(codes, ids, before)
+        if carry is not None or n > 1:  # the last position's label is not there yet
+            last_empty = (_codes_of(codes, ids[:, -1]) & EMPTY) != 0
+            starts[:, -1] = last_empty | ((owed == 0) if self.unit == "char" else torch.zeros_like(last_empty))
+        open_keep = None
+        if carry is not None:  # the previous call's last position: its label is ids[:, 0] now
+            began = ~_joins(codes, carry["last_id"], ids[:, 0], self.unit) | carry["open_keep"].isnan()
+            open_keep = torch.where(began, carry["own_keep"], carry["open_keep"].nan_to_num(0.0).bool())
+        pos = torch.arange(n, device=ids.device).expand(b, n)
+        first = torch.where(starts, pos, torch.full_like(pos, -1)).cummax(-1).values
+        pooled = keep.gather(-1, first.clamp_min(0))
+        if open_keep is not None:
+            pooled = torch.where(first < 0, open_keep.unsqueeze(-1), pooled)
+        # the unit decision at the second-to-last position is exact (its label was known)
+        if n > 1:
+            before_last = pooled[:, -2].float()
+        elif open_keep is not None:
+            before_last = open_keep.float()
+        else:
+            before_last = torch.full((b,), float("nan"), device=ids.device)
+        self.state = {"last_id": ids[:, -1], "own_keep": keep[:, -1], "open_keep": before_last, "owed": owed}
+        return pooled
+
+
+def _decode_codes(text: str, vocab: int) -> torch.Tensor:
+    try:
+        codes = torch.frombuffer(bytearray(base64.b64decode(text, validate=True)), dtype=torch.uint8)
+    except ValueError as e:
+        raise ValueError(f"scale_router_unit_codes: not base64 ({e})") from e
+    if codes.numel() != vocab:
+        raise ValueError(f"scale_router_unit_codes: {codes.numel()} codes for a vocabulary of {vocab}")
+    return codes
 
 
 class ScaleLlamaPreTrainedModel(PreTrainedModel):
@@ -296,6 +389,8 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         self.lm_head = ScaleOutputLayer(config.vocab_size, config.hidden_size, config.scale_hidden_up,
                                         config.scale_tied_output)
         self.last_route_keep: torch.Tensor | None = None
+        self._unit_carry: dict | None = None  # the open routing unit after the last call (UnitRouter)
+        self._unit_codes: tuple[str, torch.Tensor] | None = None
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -309,15 +404,36 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
             return "route" if self.config.scale_variant == "route" else "adapt"
         return head
 
+    def _unit_router(self, unit: str, ids: torch.Tensor, cache: Cache | None, past: int) -> UnitRouter | None:
+        """The per-unit pooling of this call's routing decisions (None: per token)."""
+        if unit not in UNITS:
+            raise ValueError(f"scale_router_unit {unit!r}: choose one of {UNITS}")
+        if unit == "token":
+            self._unit_carry = None
+            return None
+        text = getattr(self.config, "scale_router_unit_codes", None)
+        if not text:
+            raise ValueError(f"scale_router_unit {unit!r} needs scale_router_unit_codes (export with the byte-level "
+                             "tokenizer: convert_megatron_to_hf --tokenizer)")
+        if self._unit_codes is None or self._unit_codes[0] is not text:
+            self._unit_codes = (text, _decode_codes(text, self.config.vocab_size))
+        carry = None
+        if past:
+            carry = self._unit_carry
+            if carry is None or carry["cache"] is not cache or carry["length"] != past or carry["last_id"].shape[0] != ids.shape[0]:
+                raise ValueError(f"scale_router_unit {unit!r}: this call continues a KV cache that no call routed per "
+                                 f"{unit} before it (the open unit is unknown); pass the whole sequence, or generate()")
+        return UnitRouter(self._unit_codes[1], unit, ids, carry)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: torch.Tensor | None = None,
                 logits_to_keep: int = 0, route_tau: float | None = None, route_statistic: str | None = None,
-                route_direction: str | None = None, past_key_values: Cache | None = None,
-                **kwargs: object) -> CausalLMOutputWithPast:
-        """route_tau / route_statistic / route_direction override config.scale_router_tau /
-        _statistic / _direction for this call (generate() passes them on:
-        model.generate(ids, route_tau=0.9, route_direction="below")). The KV cache comes
+                route_direction: str | None = None, route_unit: str | None = None,
+                past_key_values: Cache | None = None, **kwargs: object) -> CausalLMOutputWithPast:
+        """route_tau / route_statistic / route_direction / route_unit override
+        config.scale_router_tau / _statistic / _direction / _unit for this call (generate() passes
+        them on: model.generate(ids, route_tau=0.9, route_direction="below")). The KV cache comes
         as `cache` (transformers >= 5.24) or `past_key_values` (earlier): one of them, not both."""
         if cache is not None and past_key_values is not None:
             raise ValueError("pass the KV cache as `cache` or as `past_key_values`, not both")
@@ -325,14 +441,22 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache()
+        past = cache.get_seq_length() if use_cache and cache is not None else 0
+        head = self.output_head()
+        unit = getattr(self.config, "scale_router_unit", "token") if route_unit is None else route_unit
+        router = self._unit_router(unit, input_ids, cache if use_cache else None, past) if head == "route" else None
         x = self.model(input_ids, attention_mask, position_ids, cache if use_cache else None)
-        if logits_to_keep:
+        if logits_to_keep and router is None:
             x = x[:, -logits_to_keep:]
         base_w = self.model.embed_tokens.weight if self.lm_head.weight is None else self.lm_head.weight
         tau = self.config.scale_router_tau if route_tau is None else float(route_tau)
         statistic = self.config.scale_router_statistic if route_statistic is None else route_statistic
         direction = getattr(self.config, "scale_router_direction", "above") if route_direction is None else route_direction
-        logits, self.last_route_keep = self.lm_head(x, base_w, self.output_head(), tau, statistic, direction)
+        logits, self.last_route_keep = self.lm_head(x, base_w, head, tau, statistic, direction, router)
+        if router is not None:
+            self._unit_carry = {**router.state, "cache": cache, "length": past + input_ids.shape[1]} if use_cache else None
+            if logits_to_keep:  # the router needed every position; the caller wants the last ones
+                logits, self.last_route_keep = logits[:, -logits_to_keep:], self.last_route_keep[:, -logits_to_keep:]
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)

@@ -1,0 +1,150 @@
+"""A Megatron checkpoint (or a training run's --save directory: its newest checkpoint) scored
+through the project's own model at any TP x PP, with the same Scorer as a Hugging Face folder.
+
+`evaluate_checkpoint` runs a Job on the ranks of the layout through convert/launch.py's on_ranks,
+as the conversion tools do: spawned here from a plain `python tools/...` call, or, inside a
+process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks.
+Every rank builds its chunk of the model the checkpoint records (its architecture, SCALE geometry
+or LoRA adapters: methods.recorded_method), loads it at this layout, and runs the same Job: the same batches in the same order, so the ranks meet in the
+model's collectives. The last pipeline stage holds the logits (vocabulary gathered across TP
+ranks); earlier stages score a stand-in and their numbers are dropped. The record of the first
+rank of the last stage is the result, on every rank; extra data-parallel ranks repeat the work.
+
+A SCALE model scores with the head `head` names: auto is what the recipe's evaluation and the
+Hugging Face export use (z_a, the routed logits for SCALE-Route), or adapt, preserve, route.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from megatron_scale import _mcore as mc
+from megatron_scale.evaluation.benchmarks import Scorer
+from megatron_scale.evaluation.job import Job
+from megatron_scale.model.heads import HEADS
+
+
+def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
+    group = mc.parallel_state.get_tensor_model_parallel_group()
+    tp = mc.parallel_state.get_tensor_model_parallel_world_size()
+    if tp == 1:
+        return logits
+    parts = [torch.empty_like(logits) for _ in range(tp)]
+    dist.all_gather(parts, logits.contiguous(), group=group)
+    return torch.cat(parts, dim=-1)
+
+
+def model_logits(model: Any, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[b, s, V] logits of ids [b, s] (one forward-only microbatch through megatron-core's
+    schedule, so pipeline stages pass activations). On stages before the last: zeros, as an
+    expanded view (no memory), which the caller's numbers from those ranks never reach."""
+    from megatron_scale.model.inputs import causal_mask, position_ids
+
+    b, s = ids.shape
+    device = next(model.parameters()).device
+    batch = {"ids": ids.to(device), "pos": position_ids(b, s, device), "mask": causal_mask(s, device)}
+
+    def step(data: Any, m: Any) -> tuple[torch.Tensor, Any]:
+        x = next(data)
+        out = m(x["ids"], x["pos"], x["mask"])
+        return out, lambda o: (torch.zeros((), device=o.device), {"logits": o.detach()})
+
+    with torch.no_grad():
+        out = mc.get_forward_backward_func()(
+            forward_step_func=step, data_iterator=iter([batch]), model=[model], num_microbatches=1,
+            seq_length=s, micro_batch_size=b, forward_only=True)
+    if not mc.parallel_state.is_pipeline_last_stage():
+        return torch.zeros((), device=device).expand(b, s, vocab)
+    return _gather_vocab(out[0]["logits"])
+
+
+def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tuple[Any, Any]:
+    """(this rank's model chunk with the checkpoint's weights, in eval mode; the reader)."""
+    from megatron_scale.checkpoint import load_checkpoint
+    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.methods import recorded_method
+
+    reader = MegatronReader(load)  # a run directory: its newest checkpoint
+    args = reader.model_args()
+    if args.num_layers % pp:
+        raise ValueError(f"--pipeline-model-parallel-size {pp}: {reader.dir} has {args.num_layers} layers, "
+                         f"not a multiple of it")
+    model = build_model(args, recorded_method(reader.dims, reader.lora), Parallel(tp=tp, pp=pp))
+    model = model.to(device).eval()
+    load_checkpoint(model, reader.dir)
+    return model, reader
+
+
+def resolved_head(head: str, dims: Any, where: Path) -> str | None:
+    """The logits a checkpoint scores with: None for a plain model, else adapt | preserve | route."""
+    if head not in HEADS:
+        raise ValueError(f"--head {head}: choose one of {', '.join(HEADS)}")
+    if dims is None:
+        if head != "auto":
+            raise ValueError(f"--head {head}: {where} is not a SCALE checkpoint (it has one output head)")
+        return None
+    route = dims.variant == "route"
+    if head == "route" and not route:
+        raise ValueError(f"--head route: {where} is SCALE-{dims.variant.capitalize()}, only SCALE-Route routes")
+    return ("route" if route else "adapt") if head == "auto" else head
+
+
+def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *,
+          device: torch.device) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from megatron_scale.model.builder import output_head
+
+    if threads:
+        torch.set_num_threads(threads)
+    ps = mc.parallel_state
+    tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+    tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
+    model, reader = load_model(load, tp, pp, device)
+    used = resolved_head(head, reader.dims, reader.dir)
+    args = reader.model_args()
+    if len(tok) > args.vocab_size:
+        raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "
+                         f"vocabulary of {args.vocab_size}")
+    reports = (ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
+               and ps.get_data_parallel_rank() == 0)
+    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    scorer = Scorer(logits=lambda ids: model_logits(model, ids, args.vocab_size), encode=tok.encode,
+                    prefix_id=int(prefix), max_length=args.max_position_embeddings, decode=tok.decode)
+    say = (lambda s: print(s, file=sys.stderr, flush=True)) if reports else (lambda s: None)
+    if used is None:
+        record = job.run(scorer, say)
+    else:
+        with output_head(model, used):
+            record = job.run(scorer, say)
+    record.update(checkpoint=str(reader.dir), head=used, tp=tp, pp=pp,
+                  dtype=str(args.params_dtype), device=str(device))
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, record if reports else None)
+    return next(r for r in everyone if r is not None)
+
+
+def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp: int = 1, pp: int = 1,
+                        head: str = "auto", threads: int | None = None) -> dict[str, Any]:
+    """Run `job` on the checkpoint (or run directory) `load` with the Hugging Face tokenizer
+    `tokenizer`, at TP x PP: {"results", "text", "checkpoint", "head", "tp", "pp", "dtype", "device"}."""
+    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.distributed import init_distributed
+
+    if not Path(load).is_dir():
+        raise FileNotFoundError(f"--load {load}: no such checkpoint or run directory")
+    if not (Path(tokenizer) / "tokenizer_config.json").is_file():
+        raise FileNotFoundError(f"--tokenizer {tokenizer}: not a Hugging Face tokenizer folder "
+                                "(no tokenizer_config.json)")
+    if head not in HEADS:
+        raise ValueError(f"--head {head}: choose one of {', '.join(HEADS)}")
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        init_distributed(tp, pp, device="auto")  # launched by torchrun/srun: evaluate on the job's ranks
+    return on_ranks(_rank, tp, pp, str(load), str(tokenizer), head, threads, job)[0]
