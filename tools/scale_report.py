@@ -35,18 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failed", action="append", default=[], metavar="METHOD=WHY",
                    help="a method that did not finish, and why (listed in the report; repeat for several)")
     args = p.parse_args(argv)
-    bench = {}
-    for item in args.benchmarks:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            p.error(f"--benchmarks {item!r}: expected MODEL=JSON")
-        bench[name] = path
-    runs = {}
-    for item in args.run:
-        method, sep, path = item.partition("=")
-        if not sep or not method or not path:
-            p.error(f"--run {item!r}: expected METHOD=METRICS")
-        runs[method] = path
+
+    def pairs(items: list[str], flag: str, form: str) -> dict[str, str]:
+        out = {}
+        for item in items:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                p.error(f"{flag} {item!r}: expected {form}")
+            out[name] = path
+        return out
+
+    bench = pairs(args.benchmarks, "--benchmarks", "MODEL=JSON")
+    runs = pairs(args.run, "--run", "METHOD=METRICS")
     failed = dict(item.partition("=")[::2] for item in args.failed)
     from megatron_scale.recipe.report import write_report
 
