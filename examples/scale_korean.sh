@@ -3,6 +3,7 @@
 #   [convert the HF base] -> [preprocess] -> upscale -> train (srun / torchrun) -> evaluate -> export to HF
 #
 #   sbatch examples/scale_korean.sh examples/configs/llama3.2-1b.env   # a cluster, a real model
+#   ARRAY=1 bash examples/scale_korean.sh examples/configs/llama3.2-1b.env [SBATCH FLAGS]  # methods side by side
 #   bash examples/scale_korean.sh                                       # no Slurm: the CPU demo on SmolLM2-135M
 #   bash examples/scale_korean.sh examples/configs/tiny-cpu.env         # the tiny from-scratch base (CI)
 #
@@ -41,15 +42,6 @@ set +a
 
 # ---- the launcher's own settings; the recipe's are in megatron_scale/recipe/settings.py -----------
 : "${NPROC:=2}" "${CONTAINER_IMAGE:=}" "${CONTAINER_MOUNTS:=$SCALE_REPO:$SCALE_REPO}"
-: "${MASTER_PORT:=$((29500 + ${SLURM_JOB_ID:-0} % 1000))}"
-# a requeued run takes the next port: its previous run's ranks may still hold the last one
-MASTER_PORT=$((MASTER_PORT + ${SLURM_RESTART_COUNT:-0}))
-export SCALE_REPO MASTER_PORT OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
-# tools/*.py import megatron_scale from this checkout, as `python -m megatron_scale.train` (run here) does
-export PYTHONPATH=$SCALE_REPO${PYTHONPATH:+:$PYTHONPATH}
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}   # NCCL_IB_HCA, NCCL_SOCKET_IFNAME: pass through
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ -z "${PYTHON:-}" ]; then
   if [ -n "$CONTAINER_IMAGE" ]; then PYTHON=python
   elif [ -n "${VENV:-}" ]; then PYTHON=$VENV/bin/python
@@ -57,6 +49,21 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 RECIPE=python3   # the recipe's logic is standard library only: outside a container, on this host
 [ -n "$CONTAINER_IMAGE" ] || RECIPE=$PYTHON
+# ARRAY=1: submit a preparation job, one array task per method and a report job, each this script
+# with SCALE_PART set (megatron_scale/recipe/array.py); the arguments after the config go to sbatch
+if [ "${ARRAY:-0}" = 1 ] && [ -z "${SCALE_PART:-}" ]; then
+  exec "$RECIPE" -m megatron_scale.recipe submit "$SCALE_REPO/examples/scale_korean.sh" "$SCALE_CONFIG" "${@:2}"
+fi
+: "${MASTER_PORT:=$((29500 + ${SLURM_JOB_ID:-0} % 1000))}"
+# a requeued run takes the next port: its previous run's ranks may still hold the last one
+MASTER_PORT=$((MASTER_PORT + ${SLURM_RESTART_COUNT:-0}))
+export SCALE_REPO MASTER_PORT OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
+export SCALE_LAUNCHER_PID=$$   # who holds a lock in $WORKDIR/locks without Slurm
+# tools/*.py import megatron_scale from this checkout, as `python -m megatron_scale.train` (run here) does
+export PYTHONPATH=$SCALE_REPO${PYTHONPATH:+:$PYTHONPATH}
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}   # NCCL_IB_HCA, NCCL_SOCKET_IFNAME: pass through
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 CONTAINER=()
 [ -n "$CONTAINER_IMAGE" ] && CONTAINER=(--container-image="$CONTAINER_IMAGE" --container-mounts="$CONTAINER_MOUNTS" --container-workdir="$SCALE_REPO")
 
@@ -150,13 +157,17 @@ fi
 summary=$("$RECIPE" -m megatron_scale.recipe summary)   # checks the settings, makes $WORKDIR
 echo "repo $SCALE_REPO, python $PYTHON, $summary"
 # ---- the steps: ask the recipe for action k, launch it, ask for k+1 ------------------------------
-k=0
+k=0 again=''
+# on exit: release this job's locks, record how it ended; TERM ignored (a requeue's comes now)
+trap 'rc=$?; trap "" TERM; "$RECIPE" -m megatron_scale.recipe exit "$k" "$rc" || true' EXIT
 while :; do
   k=$((k + 1))
   [ "$STOPPING" = 1 ] && stop_job "stopped on a signal between steps"
-  plan=$("$RECIPE" -m megatron_scale.recipe next "$k")   # kind, then one argument per line
+  plan=$("$RECIPE" -m megatron_scale.recipe next "$k" $again)   # kind, then one argument per line
   mapfile -t cmd <<<"$plan"
+  again=''
   case ${cmd[0]} in
+    wait) launch sleep "${cmd[1]}"; k=$((k - 1)) again=again ;;   # another job holds its lock
     single) single "${cmd[@]:1}" ;;
     train)
       train "${cmd[@]:1}"

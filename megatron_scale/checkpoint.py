@@ -39,10 +39,10 @@ from megatron_scale import faults
 from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
 from megatron_scale.model.state import tree_map
-from megatron_scale.records import CheckpointError, model_records, read_records, scale_record
+from megatron_scale.records import CheckpointError, CheckpointRecords, model_records, read_records, scale_record
 
 __all__ = [
-    "CheckpointError", "check_lora_record", "is_scale_checkpoint", "iteration_dir", "latest_iteration_dir",
+    "CheckpointError", "check_lora_record", "iteration_dir", "latest_iteration_dir",
     "load_checkpoint", "read_scale_record", "save_checkpoint",
 ]
 
@@ -105,10 +105,12 @@ def _check_dims(model: nn.Module, theirs: Any, directory: str | os.PathLike) -> 
         raise CheckpointError(f"{directory}: SCALE geometry differs at '{field}': checkpoint {was!r}, model {value!r}")
 
 
-def check_lora_record(model: nn.Module, directory: str | os.PathLike) -> None:
+def check_lora_record(model: nn.Module, directory: str | os.PathLike, records: CheckpointRecords | None = None) -> None:
     """Refuse a megatron-scale checkpoint whose LoRA rank/alpha (or their absence) differ from
-    `model`'s. Checkpoints without a megatron-scale record are not checked."""
-    records = read_records(directory, required=False)
+    `model`'s. Checkpoints without a megatron-scale record are not checked. `records`: the
+    directory's, where the caller has read them already."""
+    if records is None:
+        records = read_records(directory, required=False)
     if records is not None and records.scale is not None:
         _check_lora(model, records.lora, directory)
 
@@ -158,18 +160,15 @@ def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
     return scale
 
 
-def is_scale_checkpoint(directory: str | os.PathLike) -> bool:
-    """Whether `directory` holds a SCALE model (a megatron-scale checkpoint with a geometry).
-    False for a directory that is no torch_dist checkpoint; the records' policy otherwise."""
-    records = read_records(directory, required=False)
-    return records is not None and records.is_scale
-
-
-def load_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None) -> dict[str, Any]:
+def load_checkpoint(
+    model: nn.Module, directory: str | os.PathLike, extra: Extra = None, records: CheckpointRecords | None = None
+) -> dict[str, Any]:
     """Load `directory` into `model` at the model's own layout and verify the frozen base.
+    `records`: the directory's, where the caller has read them already.
 
     Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
-    records = read_records(directory)
+    if records is None:
+        records = read_records(directory)
     if records.scale is None:
         raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
     _check_dims(model, records.dims, directory)

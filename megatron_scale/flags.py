@@ -40,6 +40,9 @@ def flag(name: str, *, required: bool = False, choices: Sequence[str] | None = N
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each field of a dataclass (attribute docstrings, as litgpt reads them)."""
+    twin = getattr(cls, "__twin_of__", None)
+    if twin is not None:
+        return field_docs(twin)
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if klass is object or not dataclasses.is_dataclass(klass):
@@ -161,3 +164,21 @@ def argv_for(cls: type, given: dict[str, Any], *, skip_defaults: bool = False) -
         else:
             argv += [meta["flag"], str(v)]
     return argv
+
+
+def optional_twin(cls: type, name: str, module: str) -> type:
+    """A kw_only dataclass with `cls`'s flag fields, each typed `T | None` and defaulting to None:
+    the flags a user gave, None where left out (for values another source, a checkpoint's
+    record, supplies). Same flags and help as `cls`; `given(twin)` is what was given."""
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, hints[f.name] | None, dataclasses.field(default=None, metadata=f.metadata))
+              for f in flag_fields(cls)]
+    twin = dataclasses.make_dataclass(name, fields, kw_only=True, module=module)
+    twin.__doc__ = f"{cls.__name__}'s flags as given (None: not given)."
+    twin.__twin_of__ = cls  # type: ignore[attr-defined]
+    return twin
+
+
+def given(obj: Any) -> dict[str, Any]:
+    """The fields of an optional twin (or any dataclass) that were given: not None."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not None}

@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from megatron_scale.distributed import free_port
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any) -> None:
+def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any, received: Any) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
         WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
@@ -32,6 +32,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
     except BaseException:
         results.put((rank, False, traceback.format_exc()))
     finally:
+        received.wait(timeout=600)  # tensors in the queue are served from this process: outlive the read
         try:
             from megatron_scale.distributed import destroy_distributed
 
@@ -43,11 +44,11 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = 600) -> list[Any]:
     """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results."""
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    results, received = ctx.Queue(), ctx.Event()
     port = free_port()
     procs = [
         # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
-        ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results))
+        ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results, received))
         for r in range(world_size)
     ]
     for p in procs:
@@ -65,6 +66,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: 
     except queue.Empty:
         failures.append(f"timed out after {timeout} s; ranks that answered: {sorted(got)}")
     finally:
+        received.set()
         for p in procs:
             p.join(timeout=5 if failures else 60)
             if p.is_alive():

@@ -1,5 +1,9 @@
 """Tiny Llama-style models for tests: one global base state dict, loadable at any TP.
 
+The architecture is a LlamaArgs record (ARGS), its TransformerConfig the product's
+(LlamaArgs.transformer_config), its state dict keyed and shaped by the product's key table
+(convert/keymap.py), the base built on build_model's layer spec.
+
 The base weights are drawn once as full (global) tensors in checkpoint keys, so the TP=1 and
 TP=2 models in a test are the same model, sharded differently. Call inside a process whose
 megatron parallel state is initialised (tests/_dist.py spawns them). Models are built on the host
@@ -8,14 +12,17 @@ megatron parallel state is initialised (tests/_dist.py spawns them). Models are 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfig
+from megatron_scale.convert.keymap import megatron_shapes
+from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.builder import build_scale_gpt
+from megatron_scale.model.spec import llama_block_spec
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.upscale import load_upscaled
 
@@ -25,6 +32,17 @@ BATCH = 2
 LAYERS = 4
 HIDDEN, HEADS, GROUPS, FFN = 64, 16, 8, 128
 HEAD_DIM = HIDDEN // HEADS
+ARGS = LlamaArgs(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, num_query_groups=GROUPS,
+                 ffn_hidden_size=FFN, kv_channels=HEAD_DIM, vocab_size=VOCAB, max_position_embeddings=SEQ)
+"""The tiny base's architecture record (untied; `args(tied)` for either)."""
+# std of each base tensor's random draw, by key suffix (norm weights: 1 + that)
+STD = {"embedding.word_embeddings.weight": 0.5, "self_attention.linear_qkv.weight": 0.15,
+       "mlp.linear_fc1.weight": 0.1, "output_layer.weight": 0.2}
+NORM_STD = 0.1
+
+
+def args(tied: bool) -> LlamaArgs:
+    return dataclasses.replace(ARGS, untie_embeddings_and_output_weights=not tied)
 
 
 def device() -> torch.device:
@@ -35,43 +53,31 @@ def device() -> torch.device:
 
 
 def base_config(tp: int = 1, pp: int = 1, **overrides: Any) -> Any:
-    kw: dict[str, Any] = dict(
-        num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, num_query_groups=GROUPS,
-        ffn_hidden_size=FFN, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, bias_activation_fusion=False, hidden_dropout=0.0, attention_dropout=0.0,
-        use_cpu_initialization=True, params_dtype=torch.float32, init_method_std=0.05,
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-    )
-    kw.update(overrides)
-    return mc.TransformerConfig(**kw)
+    """The tiny base's TransformerConfig at TP/PP, as the product makes it (LlamaArgs), random
+    init on; `overrides`: further TransformerConfig fields."""
+    sp = overrides.pop("sequence_parallel", False)
+    cfg = ARGS.transformer_config(tp, pp, sequence_parallel=sp, initialize=True, init_method_std=0.05)
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 
 def base_state_dict(tied: bool, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Global base weights (checkpoint keys, layers stacked on axis 0)."""
+    """Global base weights in the product's checkpoint keys and shapes (convert/keymap.py
+    megatron_shapes; layers stacked on axis 0), the embedding drawn first."""
     g = torch.Generator().manual_seed(seed)
-
-    def rnd(*shape: int, std: float = 0.05) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * std
-
-    qkv_rows = (HEADS + 2 * GROUPS) * HEAD_DIM
-    sd = {
-        "embedding.word_embeddings.weight": rnd(VOCAB, HIDDEN, std=0.5),
-        "decoder.layers.self_attention.linear_qkv.layer_norm_weight": 1 + rnd(LAYERS, HIDDEN, std=0.1),
-        "decoder.layers.self_attention.linear_qkv.weight": rnd(LAYERS, qkv_rows, HIDDEN, std=0.15),
-        "decoder.layers.self_attention.linear_proj.weight": rnd(LAYERS, HIDDEN, HEADS * HEAD_DIM),
-        "decoder.layers.mlp.linear_fc1.layer_norm_weight": 1 + rnd(LAYERS, HIDDEN, std=0.1),
-        "decoder.layers.mlp.linear_fc1.weight": rnd(LAYERS, 2 * FFN, HIDDEN, std=0.1),
-        "decoder.layers.mlp.linear_fc2.weight": rnd(LAYERS, HIDDEN, FFN),
-        "decoder.final_layernorm.weight": 1 + rnd(HIDDEN, std=0.1),
-    }
-    if not tied:
-        sd["output_layer.weight"] = rnd(VOCAB, HIDDEN, std=0.2)
+    shapes = megatron_shapes(args(tied))
+    sd = {}
+    for key in sorted(shapes, key=lambda k: k != "embedding.word_embeddings.weight"):
+        if key.endswith(("layer_norm_weight", "final_layernorm.weight")):
+            sd[key] = 1 + torch.randn(*shapes[key], generator=g) * NORM_STD
+        else:
+            std = next((v for suffix, v in STD.items() if key.endswith(suffix)), 0.05)
+            sd[key] = torch.randn(*shapes[key], generator=g) * std
     return sd
 
 
 def build_base(cfg: Any, tied: bool, state: dict[str, torch.Tensor], **gpt_kwargs: Any) -> Any:
-    model = mc.GPTModel(
-        cfg, mc.get_gpt_layer_local_spec(normalization="RMSNorm"), vocab_size=VOCAB,
+    model = mc.GPTModel(  # the layer build_model gives full / freeze / llama-pro (model/spec.py)
+        cfg, llama_block_spec(cfg), vocab_size=VOCAB,
         max_sequence_length=SEQ, share_embeddings_and_output_weights=tied,
         position_embedding_type="rope", **gpt_kwargs,
     )

@@ -173,28 +173,3 @@ def test_refusals_name_the_problem(results: list) -> None:
         assert "hidden_up" in r["other_geometry"]
         assert "common.pt" in r["legacy"]
         assert "digest" in r["tampered"]
-
-
-def test_one_record_policy(tmp_path: Path) -> None:
-    """records.read_records: a missing directory and a legacy pickled common.pt are refused by
-    name; a directory that is no torch_dist checkpoint is refused, or None where the caller asks."""
-    from megatron_scale.checkpoint import CheckpointError, check_lora_record, is_scale_checkpoint, read_scale_record
-    from megatron_scale.records import read_records
-
-    with pytest.raises(CheckpointError, match=r"nope does not exist"):
-        read_records(tmp_path / "nope")
-    (tmp_path / "plain").mkdir()
-    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
-        read_records(tmp_path / "plain")
-    assert read_records(tmp_path / "plain", required=False) is None
-    assert not is_scale_checkpoint(tmp_path / "plain")
-    check_lora_record(torch.nn.Linear(1, 1), tmp_path / "plain")  # nothing recorded: nothing to check
-    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
-        read_scale_record(tmp_path / "plain")
-    (tmp_path / "legacy").mkdir()
-    (tmp_path / "legacy" / "common.pt").write_bytes(b"not a pickle")
-    for required in (True, False):
-        with pytest.raises(CheckpointError, match=r"legacy: legacy checkpoint with a pickled common.pt"):
-            read_records(tmp_path / "legacy", required=required)
-    with pytest.raises(CheckpointError, match=r"common.pt"):
-        is_scale_checkpoint(tmp_path / "legacy")

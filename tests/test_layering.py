@@ -1,5 +1,6 @@
 """House rules that keep the codebase changeable, checked on the source itself:
-- model code (megatron_scale.model, .upscale) imports nothing from training, data or tools;
+- model code (megatron_scale.model, .upscale) imports nothing from training, data, the methods or
+  tools; the methods (megatron_scale.methods) nothing from training, data, conversion or tools;
 - every megatron.core import goes through megatron_scale/_mcore.py;
 - only megatron_scale/distributed.py knows about the CPU backend;
 - importing the package patches nothing (no import-time side effects on torch.cuda)."""
@@ -40,7 +41,8 @@ def test_megatron_core_only_through_the_gateway() -> None:
 
 
 def test_model_code_never_imports_training_code() -> None:
-    forbidden = ("megatron_scale.training", "megatron_scale.train", "megatron_scale.data", "tools")
+    forbidden = ("megatron_scale.training", "megatron_scale.train", "megatron_scale.data", "megatron_scale.methods",
+                 "tools")
     model_files = [p for p in _sources() if p.parent.name in ("model", "upscale")]
     assert model_files
     offenders = {
@@ -48,6 +50,31 @@ def test_model_code_never_imports_training_code() -> None:
         for p in model_files
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_methods_sit_between_the_model_and_training() -> None:
+    """A method builds, freezes, loads and records a model (model/, upscale/, checkpoint.py); the
+    plan and the loop (training/) and conversion (convert/) use the methods, never the reverse."""
+    forbidden = ("megatron_scale.training", "megatron_scale.train", "megatron_scale.data", "megatron_scale.convert",
+                 "megatron_scale.bio", "megatron_scale.recipe", "tools")
+    files = [p for p in _sources() if p.parent.name == "methods"]
+    assert len(files) >= 6
+    offenders = {str(p.relative_to(PKG)): sorted(n for n in _imports(p) if n.startswith(forbidden)) for p in files}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_no_isinstance_dispatch_on_methods() -> None:
+    """Each method class answers for itself: no module tests which method it holds."""
+    names = {"Scale", "Full", "Freeze", "LlamaPro", "Lora", "LoraSettings", "TrainingMethod"}
+    offenders = []
+    for p in _sources():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                kinds = node.args[1]
+                found = {n.id for n in ast.walk(kinds) if isinstance(n, ast.Name)} & names
+                if found:
+                    offenders.append(f"{p.relative_to(PKG)}:{node.lineno} {sorted(found)}")
+    assert offenders == []
 
 
 def test_only_distributed_knows_the_cpu_backend() -> None:
@@ -156,3 +183,13 @@ def test_every_transformer_config_comes_from_the_architecture_record() -> None:
                for n in ast.walk(ast.parse(p.read_text())))
     )
     assert makers == ["megatron_scale/model/args.py"]
+
+
+def test_the_recipe_launcher_side_needs_only_the_standard_library() -> None:
+    """examples/scale_korean.sh asks `python3 -m megatron_scale.recipe` (settings, steps, locks, the
+    ARRAY=1 submission) on the batch host, outside the container image: without site-packages
+    (`python -S`), the launcher's side must import."""
+    code = "import megatron_scale.recipe.__main__, megatron_scale.recipe.lock, megatron_scale.recipe.array"
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=PKG.parent, capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert r.returncode == 0, r.stderr

@@ -63,7 +63,7 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     """The model of one (scope, method), through the library's one builder."""
     from megatron_scale.config import ScaleConfig
     from megatron_scale.model.build import Kernels, build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full, Scale
 
     layers = 1 if scope == "layer" else a.layers
     kernels = Kernels(transformer_impl=a.transformer_impl, fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe,
@@ -72,7 +72,8 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
     scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt)
-    return build_model(_architecture(a, layers, up=False), scale, kernels=kernels)
+    args = _architecture(a, layers, up=False)
+    return build_model(args, Scale.of(scale, args), kernels=kernels)
 
 
 def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, list[Any], Any]:

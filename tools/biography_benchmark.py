@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
-from megatron_scale.bio.frontier import write_frontier
+from megatron_scale.bio.frontier import runs_of, runs_of_stages, write_frontier
+from megatron_scale.bio.frontier import title as frontier_title
 from megatron_scale.bio.report import expansion_table, router_table, table, write_all
 
 PRESETS = {
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="the frontier: run the whole protocol once per seed, under OUT/seed<N>/")
+    p.add_argument("--from-stages", action="store_true",
+                   help="run nothing: the frontier of the task-1 stages finished so far under OUT (a run in progress)")
     p.add_argument("--task1-lrs", type=float, nargs="+", default=None,
                    help="the frontier: every method at each of these task-1 LRs (default: --task1-lr alone)")
     for name in ("pretrain-people", "task0-people", "task1-people", "bios-per-person", "vocab-size", "num-layers",
@@ -96,15 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     command = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        all_results = run_all(ns, settings, command)
-    except StageMismatch as e:
-        raise SystemExit(f"error: {e}") from None
-    if ns.seeds is not None or ns.task1_lrs is not None:
-        paths = write_frontier(all_results, ns.out)
-        with open(paths["md"], encoding="utf-8") as f:
-            print(f.read())
-        print(f"wrote {', '.join(paths.values())}")
+    if ns.from_stages:
+        runs, stage_settings = runs_of_stages(ns.out)
+        if not runs:
+            raise SystemExit(f"error: --from-stages: no finished task-1 stage under {ns.out}/seed*/stages/")
+        paths = write_frontier(runs, ns.out, frontier_title(stage_settings, runs))
+    else:
+        try:
+            all_results = run_all(ns, settings, command)
+        except StageMismatch as e:
+            raise SystemExit(f"error: {e}") from None
+        if ns.seeds is None and ns.task1_lrs is None:
+            return 0
+        runs = [run for results in all_results for run in runs_of(results)]
+        paths = write_frontier(runs, ns.out, frontier_title(all_results[0]["settings"], runs))
+    with open(paths["md"], encoding="utf-8") as f:
+        print(f.read())
+    print(f"wrote {', '.join(paths.values())}")
     return 0
 
 

@@ -32,24 +32,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="tools/text_bytes.py's output: bits per byte beside every perplexity, and in the curves")
     p.add_argument("--benchmarks", action="append", default=[], metavar="MODEL=JSON",
                    help="tools/eval_benchmarks.py's output per model, base=... first: the accuracy section (repeatable)")
+    p.add_argument("--failed", action="append", default=[], metavar="METHOD=WHY",
+                   help="a method that did not finish, and why (listed in the report; repeat for several)")
     args = p.parse_args(argv)
-    bench = {}
-    for item in args.benchmarks:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            p.error(f"--benchmarks {item!r}: expected MODEL=JSON")
-        bench[name] = path
-    runs = {}
-    for item in args.run:
-        method, sep, path = item.partition("=")
-        if not sep or not method or not path:
-            p.error(f"--run {item!r}: expected METHOD=METRICS")
-        runs[method] = path
+
+    def pairs(items: list[str], flag: str, form: str) -> dict[str, str]:
+        out = {}
+        for item in items:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                p.error(f"{flag} {item!r}: expected {form}")
+            out[name] = path
+        return out
+
+    bench = pairs(args.benchmarks, "--benchmarks", "MODEL=JSON")
+    runs = pairs(args.run, "--run", "METHOD=METRICS")
+    failed = dict(item.partition("=")[::2] for item in args.failed)
     from megatron_scale.recipe.report import write_report
 
     try:
         results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration,
-                               args.route_sweep, args.text_bytes, bench or None)
+                               args.route_sweep, args.text_bytes, bench or None, failed)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)
         return 2
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     for part in ("route_sweep", "benchmarks"):
         if part in results:
             print(results[part]["section"], end="")
+    for method, why in failed.items():
+        print(f"not in the report: {method}: {why}")
     for claim, ok in results["checks"].items():
         print(f"{'yes' if ok else 'NO '}  {claim}")
     print(f"written: {args.output}/results.json, report.md, perplexity.png")

@@ -11,8 +11,10 @@ spread over seeds; and the area its frontier dominates.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -99,10 +101,41 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
     os.replace(tmp, path)
 
 
-def write_frontier(all_results: Sequence[Mapping[str, Any]], out_dir: str, levels: Sequence[float] = LEVELS,
-                   ) -> dict[str, str]:
+def runs_of_stages(out_dir: str) -> tuple[list[Run], dict[str, Any]]:
+    """The curves of every task-1 stage finished so far under OUT/seed<N>/stages/ (a frontier
+    still running, or stopped), and the settings they share; Route's sweeps are analysed from
+    each stage's per-probe records as the benchmark does (bio/router.py)."""
+    from megatron_scale.bio import router
+
+    runs: list[Run] = []
+    settings: dict[str, Any] = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "seed*", "stages", "task1_*.json"))):
+        m = re.fullmatch(r"task1_(.+)_lr(.+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        r = dict(doc["result"])
+        if r.get("final_records"):
+            r["router"] = router.analyse(r["final_records"])
+        settings = doc["settings"]
+        one = {"settings": {**settings, "task1_lr": float(m[2])}, "methods": {m[1]: {"method": m[1], "lr": float(m[2]), **r}}}
+        runs += runs_of(one)
+    return runs, settings
+
+
+def _order(runs: Sequence[Run]) -> list[Run]:
+    return sorted(runs, key=lambda r: (r.seed, r.method, r.lr))
+
+
+def title(settings: Mapping[str, Any], runs: Sequence[Run]) -> str:
+    return (f"synthetic biographies: {settings['task1_people']} task-1 people, {settings['task1_iters']} steps, "
+            f"LRs {sorted({r.lr for r in runs})}, seeds {sorted({r.seed for r in runs})}")
+
+
+def write_frontier(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float] = LEVELS) -> dict[str, str]:
     """frontier.json (the summary and every curve), frontier.md (the table) and frontier.png."""
-    runs = [run for results in all_results for run in runs_of(results)]
+    runs = _order(runs)
     summary = summarise(runs, levels)
     paths = {k: os.path.join(out_dir, f"frontier.{k}") for k in ("json", "md", "png")}
     doc = {
@@ -116,7 +149,5 @@ def write_frontier(all_results: Sequence[Mapping[str, Any]], out_dir: str, level
     seeds = sorted({r.seed for r in runs})
     atomic_write(paths["md"], (f"Best task-0 retention at equal task-1 learning (seeds {seeds}; mean [min, max] "
                                "over seeds of the best over LRs)\n\n" + table(summary, levels)).encode("utf-8"))
-    s = all_results[0]["settings"]
-    plot(runs, paths["png"], f"synthetic biographies: {s['task1_people']} task-1 people, {s['task1_iters']} steps, "
-         f"LRs {sorted({r.lr for r in runs})}, seeds {seeds}")
+    plot(runs, paths["png"], title)
     return paths

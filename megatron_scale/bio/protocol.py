@@ -30,13 +30,15 @@ from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale.data.files import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
+from megatron_scale.methods import NAMES
+from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.training.config import (
-    DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
+    Architecture, DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
 )
 from megatron_scale.training.checkpointing import iteration_dir
 from megatron_scale.training.loop import setup, train_step
 
-METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "llama-pro", "freeze", "lora")
+METHODS = NAMES  # the training entry's --method values (megatron_scale/methods/)
 
 
 @dataclass
@@ -101,8 +103,8 @@ def _single_process_env() -> None:
 
 def base_config(s: Settings, tokenizer: str) -> TrainConfig:
     """The configuration every stage shares: the model, batches, device, seed."""
-    arch = {"num_layers": s.num_layers, "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
-            "num_query_groups": s.num_query_groups, "ffn_hidden_size": s.ffn_hidden_size}
+    arch = Architecture(num_layers=s.num_layers, hidden_size=s.hidden_size, num_attention_heads=s.num_attention_heads,
+                        num_query_groups=s.num_query_groups, ffn_hidden_size=s.ffn_hidden_size)
     return TrainConfig(
         model=ModelConfig(architecture=arch, tokenizer_type="HuggingFaceTokenizer", tokenizer_model=tokenizer),
         parallel=ParallelConfig(device=s.device),
@@ -119,8 +121,8 @@ def method_config(s: Settings, method: str) -> MethodConfig:
     if method == "freeze":
         m.freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
     if method.startswith("scale-"):
-        m.scale = {"router_tau": s.router_tau, "router_statistic": s.router_statistic,
-                   "router_direction": s.router_direction}
+        m.scale = ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
+                                router_direction=s.router_direction)
     if method == "lora":
         m.lora_rank, m.lora_alpha = s.lora_rank, 2.0 * s.lora_rank
     return m

@@ -25,7 +25,8 @@ from megatron_scale.convert.hf_config import ConversionError
 from megatron_scale.distributed import free_port
 
 
-def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any) -> None:
+def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any,
+                received: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     from megatron_scale.distributed import destroy_distributed, init_distributed
@@ -37,6 +38,10 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         kind = "conversion" if isinstance(e, ConversionError | KeyError | ValueError) else "internal"
         out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
     finally:
+        # A tensor in the queue is shared through this process (torch.multiprocessing's file
+        # descriptors): stay alive until the caller has taken every result, or it reads a closed
+        # descriptor (FileNotFoundError in the resource sharer).
+        received.wait(timeout=600)
         destroy_distributed()
 
 
@@ -48,9 +53,10 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
             f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
         )
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, received = ctx.Queue(), ctx.Event()
     port = free_port()
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received))
+             for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
@@ -65,6 +71,7 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
     except queue.Empty:
         error = (-1, ("internal", f"ranks did not finish within {timeout} s", ""))
     finally:
+        received.set()
         for p in procs:
             p.join(timeout=5 if error else 120)
             if p.is_alive():

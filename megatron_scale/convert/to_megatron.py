@@ -30,7 +30,7 @@ from megatron_scale.convert.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, check_parallel, read_hf_config, with_dtype
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
-from megatron_scale.model.methods import Full
+from megatron_scale.methods import Full
 from megatron_scale.model.state import load_global_state_dict
 from megatron_scale.records import MODEL_ARGS
 

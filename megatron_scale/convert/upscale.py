@@ -24,6 +24,7 @@ from megatron_scale.convert import keymap
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, check_parallel
 from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.methods import Scale
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
 from megatron_scale.records import MODEL_ARGS
@@ -34,7 +35,7 @@ def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims,
                   device: torch.device) -> None:
     reader = MegatronReader(base_dir)
     base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
-    model = build_model(args, dims, Parallel(tp=tp, pp=pp)).to(device)
+    model = build_model(args, Scale(dims=dims), Parallel(tp=tp, pp=pp)).to(device)
     load_upscaled(model, base)
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
 

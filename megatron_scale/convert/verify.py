@@ -22,7 +22,7 @@ import torch
 from megatron_scale.config import ScaleDims
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.model.build import build_model
-from megatron_scale.model.methods import recorded_method
+from megatron_scale.methods import recorded_method
 from megatron_scale.convert.megatron_io import MegatronReader
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.builder import output_head, set_unit_codes

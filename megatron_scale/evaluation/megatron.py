@@ -5,7 +5,7 @@ through the project's own model at any TP x PP, with the same Scorer as a Huggin
 as the conversion tools do: spawned here from a plain `python tools/...` call, or, inside a
 process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks.
 Every rank builds its chunk of the model the checkpoint records (its architecture, SCALE geometry
-or LoRA adapters: model.methods.recorded_method), loads it at this layout, and runs the same Job: the same batches in the same order, so the ranks meet in the
+or LoRA adapters: methods.recorded_method), loads it at this layout, and runs the same Job: the same batches in the same order, so the ranks meet in the
 model's collectives. The last pipeline stage holds the logits (vocabulary gathered across TP
 ranks); earlier stages score a stand-in and their numbers are dropped. The record of the first
 rank of the last stage is the result, on every rank; extra data-parallel ranks repeat the work.
@@ -69,7 +69,7 @@ def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tupl
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import recorded_method
+    from megatron_scale.methods import recorded_method
 
     reader = MegatronReader(load)  # a run directory: its newest checkpoint
     args = reader.model_args()

@@ -1,26 +1,25 @@
 """One model builder for training, conversion, verification and the benchmarks:
 
-    model = build_model(LlamaArgs(...), ScaleConfig(variant="preserve"), Parallel(tp=2))
+    model = build_model(args, Scale.of(ScaleConfig(variant="preserve"), args, tp=2), Parallel(tp=2))
 
 This rank's chunk (TP partition, pipeline stage; parallel state initialised at that layout) of
 the model `method` trains, with fresh weights: random, or zero where SCALE and LLaMA-Pro need
-zeros. A checkpoint or an upscaled base fills them afterwards.
+zeros. A checkpoint or an upscaled base fills them afterwards. The method (megatron_scale/methods/)
+builds it: build_model makes the TransformerConfig at the method's layer count and hands over;
+`build_gpt` and `build_scale` are the two models a method builds on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.config import ScaleDims
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.builder import build_scale_gpt
-from megatron_scale.model.lora import LoraSettings, init_lora_model, lora_layer_spec
-from megatron_scale.model.methods import Freeze, LlamaPro, Method, freeze_bottom, train_only_layers
 from megatron_scale.model.spec import llama_block_spec, llama_te_block_spec, te_backend
 from megatron_scale.model.te import apex_wgrad_kernel, fp8_config
-from megatron_scale.upscale.depth import new_block_indices
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -61,16 +60,25 @@ class Kernels:
         return self.transformer_impl == "transformer_engine"
 
 
-def model_layers(args: LlamaArgs, method: Method) -> int:
-    """The model's layer count: the base's, or the base's plus LLaMA-Pro's inserted blocks."""
-    return args.num_layers + (method.blocks if isinstance(method, LlamaPro) else 0)
+class Buildable(Protocol):
+    """What build_model asks of a training method (megatron_scale/methods/ implements it)."""
+
+    own_wgrad_fusion: bool
+    """Its linears accumulate weight gradients through Transformer Engine alone (no apex kernel)."""
+
+    def model_layers(self, base_layers: int) -> int:
+        """The model's layer count, for a base of `base_layers`."""
+        ...
+
+    def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
+        """This rank's chunk of the model at TransformerConfig `cfg`, its trainable set chosen."""
+        ...
 
 
-def build_model(args: LlamaArgs, method: Method, parallel: Parallel = Parallel(), kernels: Kernels = Kernels()) -> Any:
+def build_model(args: LlamaArgs, method: Buildable, parallel: Parallel = Parallel(), kernels: Kernels = Kernels()) -> Any:
     """This rank's model chunk for `method` (see the module docstring)."""
-    scale = isinstance(method, ScaleConfig | ScaleDims)
     fusion = kernels.gradient_accumulation_fusion
-    if fusion and not scale and not apex_wgrad_kernel():
+    if fusion and not method.own_wgrad_fusion and not apex_wgrad_kernel():
         raise ValueError(
             "--gradient-accumulation-fusion with this method needs apex's fused_weight_gradient_mlp_cuda "
             "(megatron-core's linears accumulate through it), which is not installed here; the SCALE methods "
@@ -80,24 +88,23 @@ def build_model(args: LlamaArgs, method: Method, parallel: Parallel = Parallel()
         parallel.tp, parallel.pp, sequence_parallel=parallel.sequence_parallel, initialize=kernels.initialize,
         cpu_initialization=kernels.cpu_initialization, init_method_std=kernels.init_method_std,
         gradient_accumulation_fusion=fusion and apex_wgrad_kernel(),
-        fp8=fp8_config(kernels.fp8_format, kernels.fp8_recipe), num_layers=model_layers(args, method),
+        fp8=fp8_config(kernels.fp8_format, kernels.fp8_recipe), num_layers=method.model_layers(args.num_layers),
     )
+    return method.build(cfg, args, kernels)
+
+
+def build_gpt(cfg: Any, args: LlamaArgs, kernels: Kernels, spec: Any = None) -> Any:
+    """megatron-core's GPTModel at `cfg`: on `spec`, or megatron-core's layer (TE's with
+    --transformer-impl transformer_engine, norms fused into the linears; else the local one, with
+    a norm that supports sequence parallelism)."""
+    if spec is None:
+        spec = llama_te_block_spec(cfg) if kernels.te else llama_block_spec(cfg)
+    return mc.GPTModel(cfg, spec, **args.gpt_kwargs())
+
+
+def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) -> Any:
+    """The SCALE model at geometry `dims` (checked against the base `cfg`)."""
     kwargs = args.gpt_kwargs()
-    if scale:
-        tied = kwargs.pop("share_embeddings_and_output_weights")
-        extra = {"backend": te_backend(wgrad_fusion=fusion)} if kernels.te else {}
-        return build_scale_gpt(cfg, method, tied_embeddings=tied, **extra, **kwargs)
-    if isinstance(method, LoraSettings):
-        spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), method, gated=True)
-    elif kernels.te:  # megatron-core's TE layer (norms fused into the linears)
-        spec = llama_te_block_spec(cfg)
-    else:  # megatron-core's local layer, with a norm that supports sequence parallelism
-        spec = llama_block_spec(cfg)
-    model = mc.GPTModel(cfg, spec, **kwargs)
-    if isinstance(method, LoraSettings):
-        init_lora_model(model, method)
-    elif isinstance(method, Freeze):
-        freeze_bottom(model, method.layers)
-    elif isinstance(method, LlamaPro):
-        train_only_layers(model, set(new_block_indices(args.num_layers, method.blocks)))
-    return model
+    tied = kwargs.pop("share_embeddings_and_output_weights")
+    extra = {"backend": te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion)} if kernels.te else {}
+    return build_scale_gpt(cfg, dims, tied_embeddings=tied, **extra, **kwargs)

@@ -204,7 +204,7 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
                  old: Sequence[str] = ("en",), new: str = "ko", base_iteration: int | None = None,
                  route_sweep: str | os.PathLike | None = None, text_bytes: str | os.PathLike | None = None,
-                 benchmarks: dict[str, str] | None = None) -> dict:
+                 benchmarks: dict[str, str] | None = None, failed: dict[str, str] | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png (curves) under out_dir;
     return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
     the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
@@ -213,7 +213,8 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     report.md, and its numbers and markdown to results.json["route_sweep"]. `text_bytes`
     (tools/text_bytes.py's JSON) adds bits per byte beside every perplexity and to the curves;
     `benchmarks` ({"base": JSON, method: JSON} of tools/eval_benchmarks.py) the accuracy section
-    (bench_report.py), its numbers under results.json["benchmarks"]."""
+    (bench_report.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
+    not finish, each with why (results.json["failed"] and a section of report.md)."""
     old = tuple(old)
     out = Path(out_dir)
     sizes = text_sizes(text_bytes) if text_bytes is not None else None
@@ -237,6 +238,9 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     if bench is not None:
         results["benchmarks"] = bench
         text += bench["section"]
+    if failed:
+        results["failed"] = dict(failed)
+        text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
     plot(base, runs, out / "perplexity.png", (*old, new), sizes)

@@ -141,6 +141,11 @@ class Settings:
     (the default, for the tiny base, which scores at chance)."""
     benchmark_limit: int = 100
     """BENCHMARK_LIMIT: documents per task, the same seeded subset for every model (0: every document)."""
+    array: bool = False
+    """ARRAY: 1 submits the methods side by side under Slurm (from a login node, `bash`, not sbatch):
+    a preparation job, one array task per method, a report job (megatron_scale/recipe/array.py)."""
+    lock_poll: int = 30
+    """LOCK_POLL: seconds between looks at a step another job is doing (its lock in $WORKDIR/locks)."""
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -160,6 +165,8 @@ class Settings:
                                 "(a standard error needs two)")
         if self.benchmarks and not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", self.benchmarks):
             raise SettingsError(f"BENCHMARKS={self.benchmarks!r} is not comma-separated task names")
+        if self.lock_poll < 1:
+            raise SettingsError(f"LOCK_POLL={self.lock_poll} must be at least 1 (seconds)")
         if self.route_sweep_samples < 1:
             raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
         for name in ("route_keep_old", "route_min_new_adapt"):

@@ -12,6 +12,11 @@ and ask for k+1: each decision sees what the actions before it wrote. That is ho
 resumes: finished datasets, conversions, upscalings, runs and exports are skipped, and the
 interrupted run continues from `--load` of its own save directory.
 
+Each action also names what it writes (`key`, its lock in $WORKDIR/locks: the launcher decides
+and runs it under that lock, so jobs sharing a WORKDIR never do one action twice at once) and
+the job of an ARRAY=1 submission that runs it (`part`: "prepare", its method, or "report";
+megatron_scale.recipe.array).
+
 A Command is "single" (one process: `python SCRIPT ARGS`, which may start its own ranks) or
 "train" (`python -m megatron_scale.train ARGS` on every rank); how either is launched (srun,
 torchrun, a container) is the launcher's business.
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from megatron_scale.recipe.array import why_missing
 from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -52,6 +58,10 @@ class Action:
     """The step's title, printed before its first action."""
     resolve: Callable[[], Command | str]
     """A Command to run, or a message saying why nothing needs running."""
+    key: str
+    """What it writes, as a lock name ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
+    part: str
+    """The job of an ARRAY=1 submission that runs it: "prepare", its method, or "report"."""
 
 
 def done_iters(run: Path) -> int:
@@ -69,8 +79,8 @@ def last_ckpt(run: Path) -> Path:
 class Recipe:
     """The paths and flags every step shares, derived from the settings."""
 
-    def __init__(self, s: Settings) -> None:
-        self.s = s
+    def __init__(self, s: Settings, side_by_side: bool = False) -> None:
+        self.s, self.side_by_side = s, side_by_side
         w, d = s.workdir, s.data_dir
         if s.from_scratch:
             self.tokenizer = str(d / "tokenizer")
@@ -115,18 +125,19 @@ class Recipe:
                 "--save", str(save), "--save-interval", str(s.save_interval)]
 
     # ---- the steps: (title, [resolve, ...]) --------------------------------------------------
-    def data(self) -> list[Callable[[], Command | str]]:
+    def data(self) -> list[tuple[str, Callable[[], Command | str]]]:
+        """(lock key, resolve) of each dataset."""
         s = self.s
         if s.from_scratch:
             def demo() -> Command | str:
                 if all(Path(f"{p}.idx").is_file() for p in (self.ko_eval, *self.extra.values())):
                     return f"demo corpora ready in {s.data_dir}"
                 return _single("tools/prepare_demo_data.py", "--output-dir", s.data_dir)
-            return [demo]
+            return [("data", demo)]
         sources = ((self.ko_train, s.ko_train_input), (self.ko_eval, s.ko_eval_input), (self.en_eval, s.en_eval_input),
                    *((self.extra[name], raw) for name, raw in self.extra_raw.items()))
-        first = [self.demo_corpora] if s.demo_corpora else []
-        return [*first, *(self._preprocess(prefix, raw) for prefix, raw in sources)]
+        first = [("data-demo-raw", self.demo_corpora)] if s.demo_corpora else []
+        return [*first, *((f"data-{Path(prefix).name}", self._preprocess(prefix, raw)) for prefix, raw in sources)]
 
     def demo_corpora(self) -> Command | str:
         """DEMO_CORPORA=1: the demo corpora's raw JSONL, for the base's own tokenizer, with the larger
@@ -258,20 +269,38 @@ class Recipe:
                        "--tasks", s.benchmarks, *(["--limit", limit] if limit else []),
                        "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--output", out)
 
-    def report(self) -> Command:
-        """The base's numbers: the tiny base's last evaluation, or (converted base) the first
-        method's iteration-0 evaluation, made before its first step."""
+    def finished(self) -> list[str]:
+        """The methods the report covers: all (one job trains them all before), or, side by side
+        (ARRAY=1: each in its own task, which may have failed), those whose run reached TRAIN_ITERS."""
         s = self.s
+        return [m for m in s.methods if not self.side_by_side or done_iters(self.run_dir(m)) >= s.train_iters]
+
+    def report(self) -> Command | str:
+        """The finished runs, and why the others are missing (an ARRAY=1 task that failed). The
+        base's numbers: the tiny base's last evaluation, or (converted base) the first finished
+        method's iteration-0 evaluation, made before its first step. Skipped when results.json
+        covers the same runs and failures and is newer than every input (a second submission
+        into the same WORKDIR, a requeue: delete report/ to have it written again)."""
+        s, done = self.s, self.finished()
+        failed = [a for m in s.methods if m not in done for a in ("--failed", f"{m}={why_missing(s, m)}")]
+        if not done:
+            raise SettingsError("no method finished its run: " + "; ".join(failed[1::2]))
         if s.from_scratch:
             base = ["--base", str(self.base_run / "metrics.jsonl")]
         else:
-            base = ["--base", str(self.run_dir(s.methods[0]) / "metrics.jsonl"), "--base-iteration", "0"]
-        runs = [a for m in s.methods for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")]
+            base = ["--base", str(self.run_dir(done[0]) / "metrics.jsonl"), "--base-iteration", "0"]
+        runs = [a for m in done for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")] + failed
         old = [a for name in ("en", *self.extra) for a in ("--old", name)]
-        sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) else []
-        bench = [a for m in ("base", *s.methods) for a in ("--benchmarks", f"{m}={self.eval_dir() / f'{m}.json'}")
+        sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) and "scale-route" in done else []
+        bench = [a for m in ("base", *done) for a in ("--benchmarks", f"{m}={self.eval_dir() / f'{m}.json'}")
                  ] if s.benchmarks else []
-        return _single("tools/scale_report.py", *base, *runs, "--text-bytes", self.eval_dir() / "text_bytes.json",
+        sizes = self.eval_dir() / "text_bytes.json"
+        inputs = [Path(base[1]), *(self.run_dir(m) / "metrics.jsonl" for m in done), *map(Path, sweep[1:]),
+                  sizes, *map(Path, (b.split("=", 1)[1] for b in bench[1::2]))]
+        if _report_current(s.workdir / "report" / "results.json", done, dict(f.split("=", 1) for f in failed[1::2]),
+                           inputs):
+            return f"report up to date: {s.workdir / 'report' / 'report.md'}"
+        return _single("tools/scale_report.py", *base, *runs, "--text-bytes", sizes,
                        *bench, *old, "--output", s.workdir / "report", *sweep)
 
     def export(self, method: str) -> Command | str:
@@ -285,7 +314,7 @@ class Recipe:
         """Greedy English and Korean continuations of the HF base (when there is one) and every export."""
         s = self.s
         base = [] if s.from_scratch else ["--model", f"base={s.hf_model}"]
-        models = [a for m in s.methods for a in ("--model", f"{m}={s.workdir / 'hf' / m}")]
+        models = [a for m in self.finished() for a in ("--model", f"{m}={s.workdir / 'hf' / m}")]
         return _single("tools/generate_samples.py", *base, *models, "--output", s.workdir / "report")
 
     def lm_eval(self, method: str) -> Command:
@@ -294,39 +323,51 @@ class Recipe:
                        "--output", s.workdir / "report" / f"lm_eval_{method}.json", *s.lm_eval_flags)
 
 
-def actions(s: Settings) -> list[Action]:
-    """Every action of the recipe, in order (the same list whatever $WORKDIR holds)."""
-    r = Recipe(s)
-    steps: list[tuple[str, list[Callable[[], Command | str]]]] = []
+def actions(s: Settings, part: str | None = None) -> list[Action]:
+    """Every action of the recipe in order (the same list whatever $WORKDIR holds), or those of one
+    part of an ARRAY=1 submission: "prepare", a method (its upscaling, training, sweep, export and
+    lm-eval), or "report"."""
+    r = Recipe(s, side_by_side=part is not None)
+    # (lock key, resolve[, its part when not the step's]) of each action of one step
+    Todo = list[tuple[str, Callable[[], Command | str]] | tuple[str, Callable[[], Command | str], str]]
+    steps: list[tuple[str, str, Todo]] = []
     if s.demo_model:  # before the data: preprocessing reads its tokenizer
-        steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", [r.demo_model]))
-    steps.append(("data", r.data()))
+        steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", "prepare",
+                      [("demo-model", r.demo_model)]))
+    steps.append(("data", "prepare", r.data()))
     if s.from_scratch:
         steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
-                      [r.pretrain_base]))
+                      "prepare", [("base", r.pretrain_base)]))
     else:
-        steps.append((f"convert {s.hf_model} to a Megatron checkpoint (TP={s.tp}, PP={s.pp})", [r.convert_base]))
+        steps.append((f"convert {s.hf_model} to a Megatron checkpoint (TP={s.tp}, PP={s.pp})", "prepare",
+                      [("base", r.convert_base)]))
     for m in s.methods:
         if m.startswith("scale-"):
-            steps.append((f"upscale the base for {m}", [lambda m=m: r.upscale(m)]))
-        steps.append((f"continue on Korean with --method {m} ({s.train_iters} iterations)", [lambda m=m: r.train(m)]))
+            steps.append((f"upscale the base for {m}", m, [(f"upscale-{m}", lambda m=m: r.upscale(m))]))
+        steps.append((f"continue on Korean with --method {m} ({s.train_iters} iterations)", m,
+                      [(f"train-{m}", lambda m=m: r.train(m))]))
         if m == "scale-route" and sweeps(s):
-            steps.append(("sweep SCALE-Route's router: every tau of every statistic on the held-out sets",
-                          [r.route_sweep]))
-    bench: list[Callable[[], Command | str]] = (
-        [lambda m=m: r.benchmark(m) for m in ("base", *s.methods)] if s.benchmarks else [])
+            steps.append(("sweep SCALE-Route's router: every tau of every statistic on the held-out sets", m,
+                          [("route-sweep", r.route_sweep)]))
+    # side by side: the held-out sets' bytes and the base's benchmarks are the preparation's,
+    # each method's benchmarks its own task's (after its training), the report the report job's
+    bench: Todo = [(f"benchmark-{m}", lambda m=m: r.benchmark(m), "prepare" if m == "base" else m)
+                   for m in ("base", *s.methods)] if s.benchmarks else []
     steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity and bits per byte"
-                  + (f", benchmark accuracy before and after ({s.benchmarks})" if s.benchmarks else ""),
-                  [r.text_bytes, *bench, r.report]))
+                  + (f", benchmark accuracy before and after ({s.benchmarks})" if s.benchmarks else ""), "report",
+                  [("text-bytes", r.text_bytes, "prepare"), *bench, ("report", r.report)]))
     if s.export:
         for m in s.methods:
-            todo: list[Callable[[], Command | str]] = [lambda m=m: r.export(m)]
+            todo: Todo = [(f"export-{m}", lambda m=m: r.export(m))]
             if s.lm_eval_tasks:
-                todo.append(lambda m=m: r.lm_eval(m))
-            steps.append((f"export {m} to Hugging Face", todo))
+                todo.append((f"lm-eval-{m}", lambda m=m: r.lm_eval(m)))
+            steps.append((f"export {m} to Hugging Face", m, todo))
         if s.samples:
-            steps.append(("greedy generations in English and Korean (report/generations.md)", [r.samples]))
-    return [Action(step=n, title=title, resolve=fn) for n, (title, fns) in enumerate(steps, 1) for fn in fns]
+            steps.append(("greedy generations in English and Korean (report/generations.md)", "report",
+                          [("samples", r.samples)]))
+    listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where)
+              for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
+    return [a for a in listed if part is None or a.part == part]
 
 
 def sweeps(s: Settings) -> bool:
@@ -341,6 +382,16 @@ def _recorded_settings(path: Path, want: dict[str, object]) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return all(got.get(k) == v for k, v in want.items())
+
+
+def _report_current(results: Path, runs: list[str], failed: dict[str, str], inputs: list[Path]) -> bool:
+    """results.json reports exactly `runs` and `failed` and is newer than each input."""
+    try:
+        got = json.loads(results.read_text())
+        newer = all(results.stat().st_mtime >= p.stat().st_mtime for p in inputs)
+    except (OSError, ValueError):
+        return False
+    return newer and [r.get("method") for r in got.get("runs", [])] == runs and got.get("failed", {}) == failed
 
 
 def _resuming(run: Path, iters: int) -> str:

@@ -105,11 +105,12 @@ def _model(load: str, tp: int, device: torch.device) -> Any:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.methods import Scale
 
     reader = MegatronReader(load)
     if reader.dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    model = build_model(reader.model_args(), reader.dims, Parallel(tp=tp)).to(device)
+    model = build_model(reader.model_args(), Scale(dims=reader.dims), Parallel(tp=tp)).to(device)
     load_checkpoint(model, load)
     return model.eval()
 

@@ -32,7 +32,7 @@ from megatron_scale import faults
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
-from megatron_scale.records import FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, SavedLayout
+from megatron_scale.records import FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, SavedLayout
 from megatron_scale.training.reshard import optimizer_metadata
 
 
@@ -239,10 +239,12 @@ def save_run(
 
 
 def load_run(
-    path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_format: str, rng: bool = True
+    path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_format: str, rng: bool = True,
+    records: CheckpointRecords | None = None,
 ) -> tuple[int, int]:
     """Restore model, optimizer (its state saved in `optimizer_format`), scheduler and, with `rng`
-    (the same TP x PP grid: training/reshard.py), each rank's RNG from an iteration directory.
+    (the same TP x PP grid: training/reshard.py), each rank's RNG from an iteration directory
+    (`records`: its records, where the caller has read them already).
     Returns (iteration, consumed samples)."""
     # A fresh torch Adam has no state until its first step; the distributed optimizer needs it
     # allocated to describe its checkpoint entries (megatron-core's own loader does the same).
@@ -256,7 +258,7 @@ def load_run(
             **({"rng_state": _rng_object(None)} if rng else {}),
         }
 
-    loaded = load_checkpoint(model, path, extra)
+    loaded = load_checkpoint(model, path, extra, records=records)
     faults.point("load", checkpoint=path.name)
     if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")

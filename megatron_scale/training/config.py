@@ -21,22 +21,25 @@ records when the run is planned (training/plan.py).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_scale.config import ScaleConfig
 from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
-from megatron_scale.flags import add_flags, argv_for, flag, positive, values
+from megatron_scale.flags import add_flags, argv_for, flag, given, optional_twin, positive, values
 from megatron_scale.flags import to_argv as to_argv_of
+from megatron_scale.methods import FLAG_CLASSES, NAMES
+from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 from megatron_scale.training.checkpointing import CheckpointConfig
 from megatron_scale.training.metrics import LoggingConfig
 from megatron_scale.training.optim import OptimConfig
 
-METHODS = ("scale-preserve", "scale-adapt", "scale-route", "full", "freeze", "llama-pro", "lora")
+METHODS = NAMES  # --method's choices: the method classes' names (megatron_scale/methods/)
+Architecture = optional_twin(LlamaArgs, "Architecture", __name__)
+"""The architecture flags as given (LlamaArgs' fields; None: --load's record, else the default)."""
 
 
 @dataclass(kw_only=True)
@@ -44,8 +47,8 @@ class ModelConfig:
     """The model: its architecture (LlamaArgs' fields; None: --load's record, else the default)
     and how it is built."""
 
-    architecture: dict[str, Any] = field(default_factory=dict)
-    """LlamaArgs field -> the value its flag gave (model/args.py FLAGS)."""
+    architecture: Any = field(default_factory=Architecture)
+    """Architecture: LlamaArgs' fields as their flags gave them (model/args.py FLAGS)."""
     make_vocab_size_divisible_by: int = field(default=128, metadata=flag("--make-vocab-size-divisible-by"))
     """Pad the tokenizer's vocabulary to a multiple of this x TP (when --vocab-size is not given)."""
     tokenizer_type: str | None = field(default=None, metadata=flag(
@@ -71,45 +74,17 @@ class ModelConfig:
 
 
 @dataclass(kw_only=True)
-class MethodConfig:
-    """--method and the settings of each method (None: --load's record, else the default)."""
+class MethodChoice:
+    """--method."""
 
     method: str = field(default="scale-preserve", metadata=flag("--method", choices=METHODS))
     """What trains: a SCALE variant (the base frozen), or a baseline."""
-    freeze_layers: int = field(default=3, metadata=flag("--freeze-layers"))
-    """freeze: the bottom layers frozen (+ the input embedding)."""
-    llama_pro_blocks: int | None = field(default=None, metadata=flag("--llama-pro-blocks"))
-    """llama-pro: blocks inserted (default num-layers/4); --num-layers stays the base's."""
-    lora_rank: int | None = field(default=None, metadata=flag("--lora-rank"))
-    """lora: rank r of every adapter (default 8)."""
-    lora_alpha: float | None = field(default=None, metadata=flag("--lora-alpha"))
-    """lora: the update is scaled by alpha / r (default 16)."""
-    lora_dropout: float = field(default=0.0, metadata=flag("--lora-dropout"))
-    """lora: dropout on the adapters' input."""
-    scale: dict[str, Any] = field(default_factory=dict)
-    """ScaleConfig field -> the value its --scale-* flag gave."""
 
-    @property
-    def is_scale(self) -> bool:
-        return self.method.startswith("scale-")
 
-    @property
-    def variant(self) -> str:
-        return self.method.removeprefix("scale-")
-
-    def scale_config(self) -> ScaleConfig:
-        return ScaleConfig(variant=self.variant, **{k: v for k, v in self.scale.items() if v is not None})
-
-    def pro_blocks(self, base_layers: int) -> int:
-        """--llama-pro-blocks, or by default the divisor of the base's layer count nearest to a
-        quarter of it (LLaMA-Pro interleaves one new block after every layers/blocks layers:
-        8 for 32 layers, 6 for SmolLM2's 30, where 30 // 4 = 7 would not divide)."""
-        if self.llama_pro_blocks is not None:
-            if self.llama_pro_blocks < 1 or base_layers % self.llama_pro_blocks:
-                raise ValueError(f"--llama-pro-blocks {self.llama_pro_blocks} must divide the base's "
-                                 f"{base_layers} layers (one new block after every layers/blocks)")
-            return self.llama_pro_blocks
-        return default_llama_pro_blocks(base_layers)
+@dataclass(kw_only=True)
+class MethodConfig(*FLAG_CLASSES, MethodChoice):  # type: ignore[misc]
+    """--method and the settings of each method: the fields of every method's flags class
+    (megatron_scale/methods/; None: --load's record, else the default)."""
 
 
 @dataclass(kw_only=True)
@@ -295,8 +270,8 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     """The configuration the command line gives."""
     ns = build_parser().parse_args(argv)
     parts = {name: cls(**values(cls, ns)) for name, (cls, _) in COMPONENTS.items()}
-    parts["model"].architecture = values(LlamaArgs, ns)
-    parts["method"].scale = values(ScaleConfig, ns)
+    parts["model"].architecture = Architecture(**values(LlamaArgs, ns))
+    parts["method"].scale = ScaleSettings(**values(ScaleConfig, ns))
     return TrainConfig(**parts)
 
 
@@ -306,14 +281,8 @@ def to_argv(config: TrainConfig) -> list[str]:
     for name in COMPONENTS:
         part = getattr(config, name)
         if name == "model":
-            argv += argv_for(LlamaArgs, part.architecture)
+            argv += argv_for(LlamaArgs, given(part.architecture))
         argv += to_argv_of(part)
         if name == "method":
-            argv += argv_for(ScaleConfig, part.scale)
+            argv += argv_for(ScaleConfig, given(part.scale))
     return argv
-
-
-def default_llama_pro_blocks(base_layers: int) -> int:
-    """The divisor of `base_layers` nearest to a quarter of it (the smaller one on a tie)."""
-    divisors = [d for d in range(1, base_layers + 1) if base_layers % d == 0]
-    return min(divisors, key=lambda d: (abs(d - base_layers / 4), d))

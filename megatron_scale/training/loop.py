@@ -124,7 +124,7 @@ def setup(config: TrainConfig) -> Run:
     model = build_model(p.architecture, p.method, parallel, _kernels(cfg, device))
     model = model.to(device)  # a no-op where megatron-core built it there already
     if p.initial is not None:
-        load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers)
+        load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers, p.records)
     _give_unit_codes(model, cfg)
     ddp = mc.DistributedDataParallel(
         model.config,
@@ -159,7 +159,7 @@ def setup(config: TrainConfig) -> Run:
     if p.resume is not None:
         saved = p.resumed_layout or p.layout  # a checkpoint whose layout is unknown loads as the run's
         run.iteration, run.consumed = load_run(p.resume, model, optimizer, scheduler, saved.optimizer_format,
-                                               rng=same_grid(p.resumed_layout, p.layout))
+                                               rng=same_grid(p.resumed_layout, p.layout), records=p.records)
         run.log.record("resume", run.iteration, {"checkpoint": str(p.resume), "consumed_samples": run.consumed})
         if p.reshard and dist.get_rank() == 0:
             print(f" {p.reshard}", flush=True)

@@ -3,12 +3,16 @@ exists, each failure one FlagError naming the flag (or --load's record), which t
 as one line.
 
     plan(config, world_size) -> Plan(config completed, architecture, method, resume / initial
-                                      checkpoint, the model_args record the run's checkpoints carry)
+                                      checkpoint, the model_args record the run's checkpoints carry,
+                                      --load's records)
 
 What --load records supplies the model: conversion, upscaling and training record the
 architecture (`model_args`, LlamaArgs), the SCALE geometry (`scale.dims`) and LoRA's rank and alpha
-(`scale.lora`) in a checkpoint's common state. A flag the user left out is taken from the record;
-a given flag that describes another model is refused by name. Flags describing the new run
+(`scale.lora`) in a checkpoint's common state. The records are read once, here, and travel in the
+Plan to the loaders. An architecture flag the user left out is taken from the record; a given flag
+that describes another model is refused by name. The method's class plans the method
+(megatron_scale/methods/): from a checkpoint of its own, the recorded method itself (SCALE: the
+recorded geometry, compared with the --scale-* flags given, not resolved again). Flags describing the new run
 (method, LR, data, batch, layout) stay the user's. Without a record the flags' own defaults apply
 and the four sizes must be given. A run being resumed also keeps its LR schedule, which
 megatron-core's scheduler only asserts on: a flag that changes it is refused here, by name; it may
@@ -26,27 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from megatron_scale.checkpoint import latest_iteration_dir
-from megatron_scale.config import ScaleConfig, ScaleDims
-from megatron_scale.flags import flag_names
+from megatron_scale.flags import given
+from megatron_scale.methods import Given, TrainingMethod, method_class
 from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
-from megatron_scale.model.build import model_layers
-from megatron_scale.model.lora import LoraSettings
-from megatron_scale.model.methods import Freeze, Full, LlamaPro, Method
 from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
-from megatron_scale.training.config import TrainConfig, default_llama_pro_blocks
+from megatron_scale.training.config import TrainConfig
 from megatron_scale.training.optim import decoupled_record
 from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
 CARRIED_ONLY = ("max_position_embeddings",)
-SCALE_FLAGS = flag_names(ScaleConfig)
-# ScaleDims record field -> the flag that sets it
-DIMS_FLAGS = {
-    "num_layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
-    "groups": "--num-query-groups", "head_dim": "--kv-channels", "ffn": "--ffn-hidden-size",
-    "variant": "--method", **SCALE_FLAGS,
-}
-LORA_DEFAULTS = {"lora_rank": 8, "lora_alpha": 16.0}
 
 
 class FlagError(ValueError):
@@ -61,8 +54,8 @@ class Plan:
     """The configuration with what --load records filled in."""
     architecture: LlamaArgs
     """The base architecture (LLaMA-Pro: the base's layer count; the model grows by its blocks)."""
-    method: Method
-    """What the model is built as and what trains."""
+    method: TrainingMethod
+    """What the model is built as and what trains (from --load: the recorded method)."""
     resume: Path | None
     """The run checkpoint to resume (its model, optimizer, schedule and RNG), if any."""
     initial: Path | None
@@ -76,6 +69,8 @@ class Plan:
     """The layout of the checkpoint being resumed (None: not resuming, or not known)."""
     reshard: str | None = None
     """The line a resume at another layout prints (training/reshard.py check_resume)."""
+    records: CheckpointRecords | None = None
+    """--load's records, read once here and handed to the loaders."""
 
 
 def load_source(load: str | None) -> tuple[Path | None, bool]:
@@ -99,80 +94,26 @@ def recorded(directory: Path | None) -> CheckpointRecords | None:
         raise ValueError(f"--load: {e}") from e
 
 
-def _base_layers(recorded: int, blocks: int | None) -> int:
-    """--num-layers (the base's) of a resumed LLaMA-Pro run whose record counts the grown model."""
-    if blocks is not None:
-        return recorded - blocks
-    bases = [n for n in range(1, recorded) if n + default_llama_pro_blocks(n) == recorded]
-    if len(bases) == 1:
-        return bases[0]
-    why = "no" if not bases else f"more than one ({' or '.join(map(str, bases))} layers)"
-    raise ValueError(f"--load: {recorded} layers is {why} default LLaMA-Pro growth of a base; "
-                     "give --num-layers and --llama-pro-blocks")
-
-
 def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, resuming: bool) -> None:
     """Fill the architecture flags left out from `record`; refuse one that differs."""
     theirs = LlamaArgs.from_json(record, where=f"{where}: model_args")
     arch, method = cfg.model.architecture, cfg.method
-    grown = method.method == "llama-pro" and resuming
-    if arch.get("num_layers") is None and grown:
-        arch["num_layers"] = _base_layers(theirs.num_layers, method.llama_pro_blocks)
+    kind = method_class(method.method)
+    if arch.num_layers is None and resuming:  # a run's record counts its own model's layers
+        arch.num_layers = kind.base_layers_of(theirs.num_layers, method)
     for name, flag in FLAGS.items():
         value = getattr(theirs, name)
-        if arch.get(name) is None:
-            arch[name] = value
+        if getattr(arch, name) is None:
+            setattr(arch, name, value)
             continue
         if name in CARRIED_ONLY or (name == "rope_scaling_factor" and not theirs.rope_scaling):
             continue
-        mine = arch[name]
-        if name == "num_layers" and grown:
-            mine += method.pro_blocks(arch["num_layers"])
+        mine = getattr(arch, name)
+        if name == "num_layers" and resuming:
+            mine = kind.grown_layers(mine, method)
         if mine != value:
             raise ValueError(f"{where}: the checkpoint's model has {name}={value!r} but {flag} gives {mine!r}; "
                              f"leave {flag} out to take the checkpoint's")
-
-
-def inherit_lora(cfg: TrainConfig, lora: dict[str, Any] | None, where: str, resuming: bool) -> None:
-    """A LoRA checkpoint supplies --lora-rank and --lora-alpha; a given one that differs is refused."""
-    m = cfg.method
-    if lora is not None and m.method != "lora":
-        raise ValueError(f"{where}: holds LoRA adapters; load it with --method lora "
-                         "(merging them into the base weights is not supported)")
-    if lora is not None:
-        for key in ("rank", "alpha"):
-            attr, flag = f"lora_{key}", f"--lora-{key}"
-            if getattr(m, attr) is None:
-                setattr(m, attr, lora[key])
-            elif float(getattr(m, attr)) != float(lora[key]):
-                raise ValueError(f"{where}: the checkpoint's LoRA adapters have {key} {lora[key]!r} but {flag} gives "
-                                 f"{getattr(m, attr)!r}; leave {flag} out to take the checkpoint's")
-    elif resuming and m.method == "lora":
-        raise ValueError(f"{where}: a run of a model without LoRA adapters; --method lora cannot resume it")
-
-
-def inherit_scale(cfg: TrainConfig, arch: LlamaArgs, dims: ScaleDims | None, where: str, resuming: bool) -> None:
-    """A SCALE checkpoint supplies the --scale-* settings (its router's default included) and the
-    variant; a plain one is a base to upscale on load, unless it is a run being resumed."""
-    m = cfg.method
-    if dims is None:
-        if m.is_scale and resuming:
-            raise ValueError(f"{where}: a run of a plain model; --method {m.method} cannot resume it")
-        return
-    if not m.is_scale:
-        raise ValueError(f"{where}: holds a SCALE-{dims.variant} model; train it with --method scale-{dims.variant}, "
-                         f"not --method {m.method}")
-    for name, value in vars(ScaleConfig.from_dims(dims)).items():
-        if name in SCALE_FLAGS and m.scale.get(name) is None:
-            m.scale[name] = value
-    tp = cfg.parallel.tp
-    mine = m.scale_config().resolve(arch.transformer_config(tp), tp).to_record()
-    for name, value in dims.to_record().items():
-        if mine.get(name) != value:
-            flag = DIMS_FLAGS.get(name, name)
-            shown = m.method if flag == "--method" else mine.get(name)
-            raise ValueError(f"{where}: the checkpoint's SCALE model has {name}={value!r} but {flag} gives {shown!r}"
-                             + ("" if flag == "--method" else f"; leave {flag} out to take the checkpoint's"))
 
 
 def check_resumed_schedule(cfg: TrainConfig, train_state: dict[str, Any], where: str) -> None:
@@ -216,12 +157,12 @@ def resolve_vocab(cfg: TrainConfig) -> None:
     from megatron_scale.data.tokenizer import TokenizerSpec
 
     n = TokenizerSpec(m.tokenizer_type, m.tokenizer_model).load().vocab_size
-    if arch.get("vocab_size") is None:
+    if arch.vocab_size is None:
         multiple = m.make_vocab_size_divisible_by * cfg.parallel.tp
-        arch["vocab_size"] = -(-n // multiple) * multiple
-    elif n > arch["vocab_size"]:
+        arch.vocab_size = -(-n // multiple) * multiple
+    elif n > arch.vocab_size:
         raise ValueError(f"--tokenizer-model {m.tokenizer_model} has {n} tokens but the model's --vocab-size is "
-                         f"{arch['vocab_size']}: token ids would index past the embedding")
+                         f"{arch.vocab_size}: token ids would index past the embedding")
 
 
 def check_shape(arch: dict[str, Any], seq_length: int, tp: int) -> None:
@@ -243,40 +184,24 @@ def check_shape(arch: dict[str, Any], seq_length: int, tp: int) -> None:
                          "(give a larger --max-position-embeddings to extend the context on purpose)")
 
 
-def lora_defaults(cfg: TrainConfig) -> None:
-    """--lora-rank / --lora-alpha where neither the flags nor --load's record gave them."""
-    for attr, value in LORA_DEFAULTS.items():
-        if getattr(cfg.method, attr) is None:
-            setattr(cfg.method, attr, value)
-
-
 def architecture(cfg: TrainConfig) -> LlamaArgs:
     """The base's LlamaArgs from the (completed) architecture flags and their defaults."""
     try:
-        return LlamaArgs.from_flags(cfg.model.architecture, max_position_default=cfg.schedule.seq_length,
+        return LlamaArgs.from_flags(given(cfg.model.architecture), max_position_default=cfg.schedule.seq_length,
                                     params_dtype="bfloat16" if cfg.model.bf16 else "float32")
     except ArchitectureError as e:
         raise ValueError(str(e)) from e
 
 
-def build_method(cfg: TrainConfig, arch: LlamaArgs) -> Method:
-    """The tagged method --method and its settings describe (checked, naming the flag)."""
-    m = cfg.method
-    if m.is_scale:
-        config = m.scale_config()
-        config.resolve(arch.transformer_config(cfg.parallel.tp), cfg.parallel.tp)  # raises naming the flag
-        return config
-    if m.method == "freeze":
-        if not 0 <= m.freeze_layers <= arch.num_layers:
-            raise ValueError(f"--freeze-layers {m.freeze_layers} must lie in 0..--num-layers {arch.num_layers}")
-        return Freeze(layers=m.freeze_layers)
-    if m.method == "llama-pro":
-        return LlamaPro(blocks=m.pro_blocks(arch.num_layers))
-    if m.method == "lora":
-        if cfg.parallel.sequence_parallel:
-            raise ValueError("--sequence-parallel is not supported with --method lora")
-        return LoraSettings(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout, seed=cfg.schedule.seed)
-    return Full()
+def build_method(cfg: TrainConfig, arch: LlamaArgs, records: CheckpointRecords | None = None, where: str = "",
+                 resuming: bool = False) -> TrainingMethod:
+    """The method --method, its flags and --load's records describe (its class plans it: from a
+    checkpoint of its own, the recorded method; checked, naming the flag)."""
+    name = cfg.method.method
+    return method_class(name).plan(Given(
+        name=name, flags=cfg.method, arch=arch, tp=cfg.parallel.tp, sequence_parallel=cfg.parallel.sequence_parallel,
+        seed=cfg.schedule.seed, records=records, resuming=resuming, where=where,
+    ))
 
 
 def _plan(cfg: TrainConfig, world_size: int) -> Plan:
@@ -286,13 +211,10 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     loaded = records.model_args if records else None
     if loaded is not None:
         inherit_architecture(cfg, loaded, where, resuming)
-    inherit_lora(cfg, records.lora if records else None, where, resuming)
-    lora_defaults(cfg)
+    method_class(cfg.method.method).refuse_records(records, cfg.method.method, where, resuming)
     resolve_vocab(cfg)
     arch = architecture(cfg)  # the four sizes are there (or the one message naming those missing)
-    check_shape(cfg.model.architecture, cfg.schedule.seq_length, cfg.parallel.tp)
-    if records:
-        inherit_scale(cfg, arch, records.dims, where, resuming)
+    check_shape(given(cfg.model.architecture), cfg.schedule.seq_length, cfg.parallel.tp)
     if resuming and (records is None or records.train_state is None):
         raise ValueError(f"{where}: a model checkpoint without training state; cannot resume from it")
     if resuming:
@@ -306,8 +228,8 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
     cfg.logging.validate(cfg.method.method)
-    method = build_method(cfg, arch)
-    layers = model_layers(arch, method)
+    method = build_method(cfg, arch, records, where, resuming)
+    layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
                          f"{cfg.parallel.pp}")
@@ -319,7 +241,7 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
         record = dataclasses.replace(record, hf_carry=LlamaArgs.from_json(loaded).hf_carry)
     return Plan(config=cfg, architecture=arch, method=method, resume=source if resuming else None,
                 initial=None if resuming else source, record=record.to_json(), data_parallel_size=dp,
-                layout=layout, resumed_layout=saved, reshard=reshard)
+                layout=layout, resumed_layout=saved, reshard=reshard, records=records)
 
 
 def plan(config: TrainConfig, world_size: int) -> Plan:

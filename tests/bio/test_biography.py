@@ -226,6 +226,11 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
     table = (out / "frontier.md").read_text()
     assert table in done.stdout and "| full | 2 |" in table and "task 0 at task 1 = 0.95" in table
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --from-stages runs nothing and gives the same frontier from the stage files alone
+    staged = subprocess.run([*cmd[:6], "--from-stages"], capture_output=True, text=True, timeout=120, env=env,
+                            cwd=ROOT, check=False)
+    assert staged.returncode == 0 and "    step " not in staged.stdout, staged.stderr[-3000:]
+    assert json.loads((out / "frontier.json").read_text()) == doc
     # a second call reads every finished stage instead of training it again, and says so
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, check=False)
     assert again.returncode == 0, again.stderr[-3000:]

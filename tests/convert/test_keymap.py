@@ -48,7 +48,7 @@ def _hf_model_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:
 
 def _megatron_model_shapes(rank: int, world: int, args: LlamaArgs) -> dict[str, tuple[int, ...]]:
     from megatron_scale.model.build import build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.state import sharded_tensors
 

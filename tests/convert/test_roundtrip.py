@@ -36,7 +36,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full, Scale
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.builder import output_head
@@ -67,7 +67,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                scaled = build_model(args, MegatronReader(sc_dir).dims, Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
+                scaled = build_model(args, Scale(dims=MegatronReader(sc_dir).dims), Parallel(tp=tp, pp=pp))
+                scaled = scaled.to(_tiny.device()).eval()
                 load_checkpoint(scaled, sc_dir)
                 with output_head(scaled, "preserve"):
                     z_p = megatron_logits(scaled, ids)

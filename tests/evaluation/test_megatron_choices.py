@@ -75,6 +75,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.methods import Full, Scale
     from megatron_scale.records import MODEL_ARGS
     from tests import _tiny
     from tests.convert.test_scale_export import _perturb
@@ -93,7 +94,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     upscale_checkpoint(mg, base / "up", sc, tp=2)
     mc_reset(2)
     reader = MegatronReader(base / "up")
-    model = build_model(reader.model_args(), reader.dims, Parallel(tp=2)).to(_tiny.device()).eval()
+    model = build_model(reader.model_args(), Scale(dims=reader.dims), Parallel(tp=2)).to(_tiny.device()).eval()
     load_checkpoint(model, base / "up")
     _perturb(model, seed=11)
     record = {MODEL_ARGS: reader.model_args().to_json()}

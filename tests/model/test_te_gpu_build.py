@@ -72,7 +72,7 @@ def test_asking_megatron_core_for_the_fusion_needs_apex(built: dict[str, Any]) -
 def test_other_methods_refuse_the_flag_by_name_without_apex() -> None:
     from megatron_scale.model.args import LlamaArgs
     from megatron_scale.model.build import Kernels, build_model
-    from megatron_scale.model.methods import Full
+    from megatron_scale.methods import Full
 
     args = LlamaArgs(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4, ffn_hidden_size=128,
                      kv_channels=16, vocab_size=96, max_position_embeddings=64)

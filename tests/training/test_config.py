@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from megatron_scale.config import ScaleConfig
-from megatron_scale.flags import field_docs, flag_names
+from megatron_scale.flags import field_docs, flag_names, given
+from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import FLAGS, LlamaArgs
 from megatron_scale.training.config import (
-    COMPONENTS, MethodConfig, ModelConfig, OptimConfig, TrainConfig, build_parser, parse, to_argv,
+    COMPONENTS, Architecture, MethodConfig, ModelConfig, OptimConfig, TrainConfig, build_parser, parse, to_argv,
 )
 
 REQUIRED = ["--micro-batch-size", "2", "--global-batch-size", "4", "--seq-length", "32", "--train-iters", "3",
@@ -36,30 +36,30 @@ def test_every_flag_is_declared_once_with_help() -> None:
 def test_parse_fills_each_component() -> None:
     cfg = parse([*REQUIRED, "--num-layers", "4", "--method", "scale-adapt", "--scale-adapt-layers", "1,2",
                  "--scale-seed", "7", "--seed", "3", "--no-eval-at-start", "--tensor-model-parallel-size", "2"])
-    assert cfg.model.architecture["num_layers"] == 4 and cfg.model.architecture["hidden_size"] is None
-    assert cfg.method.method == "scale-adapt" and cfg.method.scale["adapt_layers"] == (1, 2)
+    assert cfg.model.architecture.num_layers == 4 and cfg.model.architecture.hidden_size is None
+    assert cfg.method.method == "scale-adapt" and cfg.method.scale.adapt_layers == (1, 2)
     # --seed and --scale-seed are two settings of two components
-    assert cfg.schedule.seed == 3 and cfg.method.scale["seed"] == 7
-    assert cfg.method.scale_config() == ScaleConfig(variant="adapt", adapt_layers=(1, 2), seed=7)
+    assert cfg.schedule.seed == 3 and cfg.method.scale.seed == 7
+    assert given(cfg.method.scale) == {"adapt_layers": (1, 2), "seed": 7}
     assert cfg.logging.eval_at_start is False and cfg.parallel.tp == 2
     assert cfg.data.data_path == ("a",) and cfg.optim.lr == 1e-3
 
 
 def test_a_config_survives_argv() -> None:
     cfg = TrainConfig(
-        model=ModelConfig(architecture={"num_layers": 2, "untie_embeddings_and_output_weights": True, "rotary_base": 1e4},
-                          bf16=True),
-        method=MethodConfig(method="lora", lora_rank=4, scale={"router_tau": 0.7}),
+        model=ModelConfig(architecture=Architecture(num_layers=2, untie_embeddings_and_output_weights=True,
+                                                    rotary_base=1e4), bf16=True),
+        method=MethodConfig(method="lora", lora_rank=4, scale=ScaleSettings(router_tau=0.7)),
     )
     cfg.optim.lr, cfg.data.data_path = 3e-4, ("0.5", "ko", "0.5", "en")
     cfg.schedule = dataclasses.replace(cfg.schedule, micro_batch_size=1, global_batch_size=2, seq_length=16,
                                        train_iters=5)
     back = parse(to_argv(cfg))
-    assert back.model.architecture == {**dict.fromkeys(FLAGS), **cfg.model.architecture}
-    assert back.method.scale == {**dict.fromkeys(flag_names(ScaleConfig)), "router_tau": 0.7}
+    assert given(back.model.architecture) == {"num_layers": 2, "untie_embeddings_and_output_weights": True,
+                                              "rotary_base": 1e4}
+    assert given(back.method.scale) == {"router_tau": 0.7}
     for name in COMPONENTS:
-        if name not in ("model", "method"):
-            assert getattr(back, name) == getattr(cfg, name), name
+        assert getattr(back, name) == getattr(cfg, name), name
     assert back.model.bf16 and back.method.lora_rank == 4
 
 
@@ -72,7 +72,8 @@ def test_llama_pro_blocks_default_divides_the_base() -> None:
     """--llama-pro-blocks defaults to the divisor of the base's layers nearest a quarter of them
     (SmolLM2's 30 layers: 6, where 30 // 4 = 7 would not divide); an explicit value that does not
     divide is refused naming the flag, before any model is built."""
-    from megatron_scale.training.config import MethodConfig, default_llama_pro_blocks
+    from megatron_scale.methods.llama_pro import default_llama_pro_blocks
+    from megatron_scale.training.config import MethodConfig
 
     assert [default_llama_pro_blocks(n) for n in (4, 30, 32, 7, 1)] == [1, 6, 8, 1, 1]
     assert MethodConfig(method="llama-pro").pro_blocks(30) == 6

@@ -61,7 +61,7 @@ def _check(ckpt: str, data: str, *extra: str, world: int = 1) -> Any:
 
 def test_flags_come_from_the_record(ckpts: dict) -> None:
     p = _check(ckpts["up"], ckpts["data"], "--method", "scale-preserve", "--tensor-model-parallel-size", "2", world=2)
-    a, scale = p.architecture, p.method
+    a, scale = p.architecture, p.method.dims  # the recorded geometry itself
     assert (a.num_layers, a.hidden_size, a.num_attention_heads, a.num_query_groups) == (4, 64, 8, 4)
     assert (a.rotary_base, a.rope_scaling, a.rope_scaling_factor) == (500000.0, True, 8.0)
     assert a.max_position_embeddings == 131072 and a.vocab_size == _hf.VOCAB

@@ -124,12 +124,11 @@ class _Model:
 
     def __init__(self, method: str, tp: int = 1, *extra: str) -> None:
         from megatron_scale.training.config import parse
-        from megatron_scale.training.plan import architecture, build_method, lora_defaults
+        from megatron_scale.training.plan import architecture, build_method
 
         # --data-path is not read: these helpers only build models
         cfg = parse([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
                      "--tensor-model-parallel-size", str(tp), *extra])
-        lora_defaults(cfg)
         self.arch, self.tp = architecture(cfg), tp
         self.method = build_method(cfg, self.arch)
 

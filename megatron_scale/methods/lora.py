@@ -1,0 +1,93 @@
+"""LoRA (Hu et al., 2022) on the four linears of every layer; only the adapters train
+(model/lora.py holds the layers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint import check_lora_record
+from megatron_scale.flags import flag
+from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
+from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.build import Kernels, build_gpt
+from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
+from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.records import CheckpointRecords
+
+DEFAULTS = LoraSettings()
+
+
+@dataclass(kw_only=True)
+class LoraFlags:
+    """--method lora's settings (None: --load's record, else the default)."""
+
+    lora_rank: int | None = field(default=None, metadata=flag("--lora-rank"))
+    """lora: rank r of every adapter (default 8)."""
+    lora_alpha: float | None = field(default=None, metadata=flag("--lora-alpha"))
+    """lora: the update is scaled by alpha / r (default 16)."""
+    lora_dropout: float = field(default=0.0, metadata=flag("--lora-dropout"))
+    """lora: dropout on the adapters' input."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Lora(TrainingMethod):
+    """LoRA adapters on the base's linears; the base frozen."""
+
+    names = ("lora",)
+    flags = LoraFlags
+
+    settings: LoraSettings = DEFAULTS
+
+    @classmethod
+    def refuse_records(cls, records: CheckpointRecords | None, name: str, where: str, resuming: bool) -> None:
+        if records is not None and records.dims is not None:
+            super().refuse_records(records, name, where, resuming)
+        if resuming and (records is None or records.lora is None):
+            raise ValueError(f"{where}: a run of a model without LoRA adapters; --method lora cannot resume it")
+
+    @classmethod
+    def plan(cls, given: Given) -> Lora:
+        """--lora-rank / --lora-alpha from the flags, else a LoRA checkpoint's record (a given one
+        that differs is refused), else the defaults."""
+        f, recorded = given.flags, given.records.lora if given.records else None
+        chosen = {"rank": f.lora_rank, "alpha": f.lora_alpha}
+        for key, mine in chosen.items():
+            flag_name = f"--lora-{key}"
+            if recorded is None:
+                chosen[key] = getattr(DEFAULTS, key) if mine is None else mine
+            elif mine is None:
+                chosen[key] = recorded[key]
+            elif float(mine) != float(recorded[key]):
+                raise ValueError(f"{given.where}: the checkpoint's LoRA adapters have {key} {recorded[key]!r} but "
+                                 f"{flag_name} gives {mine!r}; leave {flag_name} out to take the checkpoint's")
+        if given.sequence_parallel:
+            raise ValueError("--sequence-parallel is not supported with --method lora")
+        return cls(settings=LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]),
+                                         dropout=f.lora_dropout, seed=given.seed))
+
+    def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
+        spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), self.settings, gated=True)
+        model = build_gpt(cfg, args, kernels, spec)
+        init_lora_model(model, self.settings)
+        return model
+
+    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
+                     base_layers: int) -> str:
+        """A base checkpoint (the adapters keep their fresh A and zero B), or a LoRA one whose
+        every adapter loads too, if its rank and alpha are this run's."""
+        state = read_base_state(directory)
+        try:
+            if not any(is_lora_key(k) for k in state):
+                missing = load_global_state_dict(model, state, strict=False)
+                lacking = [k for k in missing if not is_lora_key(k)]
+                if lacking:
+                    raise KeyError(f"state dict lacks {len(lacking)} key(s), first: {lacking[:5]}")
+                return "base+lora"
+            check_lora_record(model, directory, records)
+            load_global_state_dict(model, state)
+            return "lora"
+        except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
+            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
