@@ -105,6 +105,7 @@ stop_job() {  # $1: why. No step after this one; requeue when REQUEUE=1 under Sl
     exit 0
   fi
   local rc=0
+  trap '' TERM   # the requeue's own SIGTERM to this shell is expected now: not a stop request
   scontrol requeue "$SLURM_JOB_ID" || rc=$?
   # the requeue ends this run at once: scontrol itself may get the SIGTERM before it returns
   if [ "$rc" = 0 ] || [ "$rc" -gt 128 ]; then
