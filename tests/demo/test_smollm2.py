@@ -206,7 +206,8 @@ def test_trained_preserve_head_is_the_original_and_korean_loss_falls(
 # tools/eval_benchmarks.py on the demo model, and bits per byte with its tokenizer on Korean (about
 # 3 tokens per Hangul syllable); here, not in a file of their own, so the model is prepared once
 @requires_demo_model
-def test_eval_benchmarks_tool_on_smollm2(smollm2: dict[str, Any], tmp_path: Path) -> None:
+def test_eval_benchmarks_tool_on_smollm2(smollm2: dict[str, Any], smollm2_megatron: dict[str, Any],
+                                         tmp_path: Path) -> None:
     from megatron_scale.evaluation.tasks import TaskError, package_root
 
     try:
@@ -228,6 +229,17 @@ def test_eval_benchmarks_tool_on_smollm2(smollm2: dict[str, Any], tmp_path: Path
     run_tool("eval_benchmarks", "--model", str(smollm2["folder"]), "--tasks", "arc_easy", "--limit", "6",
              "--seed", "3", "--output", str(again))
     assert json.loads(again.read_text())["results"]["arc_easy"]["per_item"] == arc["per_item"]
+    # --load: the same documents scored through the project's own model from the converted
+    # checkpoint (what the recipe's benchmark step runs) choose as the HF folder does
+    loaded = tmp_path / "loaded.json"
+    run_tool("eval_benchmarks", "--load", str(smollm2_megatron["checkpoint"]), "--tokenizer", str(smollm2["folder"]),
+             "--tasks", "arc_easy,winogrande,mmlu", "--limit", "6", "--seed", "3", "--output", str(loaded))
+    got = json.loads(loaded.read_text())["results"]
+    for task, r in record["results"].items():
+        assert [(i["doc_id"], i["pred"], i.get("pred_norm")) for i in got[task]["per_item"]] == [
+            (i["doc_id"], i["pred"], i.get("pred_norm")) for i in r["per_item"]], task
+        for g, h in zip(got[task]["per_item"], r["per_item"], strict=True):
+            assert g["lls"] == pytest.approx(h["lls"], rel=1e-5, abs=1e-3), task
 
 
 @requires_demo_model
