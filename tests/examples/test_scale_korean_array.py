@@ -163,18 +163,18 @@ def _run(cluster: SlurmCluster, root: Path) -> Run:
                 return s.task(KILLED)
         return None
 
-    _until("`full` training", lambda: training() is not None, 900, cluster.logs)
+    _until("`full` training", lambda: training() is not None, 1800, cluster.logs)
     killed = training()
     assert killed is not None
     cluster.run("scancel", "--signal=TERM", killed)
     _until("requeue", lambda: cluster.show_job(killed).get("Restarts") == "1"
-           and cluster.show_job(killed)["JobState"] == "PENDING", 120, lambda: str(cluster.show_job(killed)))
+           and cluster.show_job(killed)["JobState"] == "PENDING", 600, lambda: str(cluster.show_job(killed)))
     # a requeued job is held 121 s (the credential's lifetime); not startable within the second
     requeued = datetime.fromisoformat(cluster.show_job(killed)["SubmitTime"]).timestamp()
     time.sleep(max(0.0, requeued + 2 - time.time()))
     cluster.run("scontrol", "update", f"JobId={killed}", "StartTime=now")
 
-    _until("every job's end", lambda: len(ends) == len(jobs), 900, lambda: f"{ends}\n{cluster.logs()}")
+    _until("every job's end", lambda: len(ends) == len(jobs), 1800, lambda: f"{ends}\n{cluster.logs()}")
     done.set()
     log = (work / "logs" / f"methods-{killed}.out").read_text()
     (stopped,) = map(int, re.findall(r"stopping at iteration (\d+) on a signal", log))
