@@ -134,7 +134,7 @@ def _run(cluster: SlurmCluster, root: Path) -> Run:
     ref_job = cluster.submit(SCRIPT, *SHAPE, f"--output={root / 'reference.out'}", env=ref_env, cwd=str(REPO))
     env = {**SETTINGS, "ARRAY": "1", "WORKDIR": str(work), "METHODS": " ".join(METHODS), "PYTHON": _wrapper(count)}
     procs = [_submit(cluster, env), _submit(cluster, env)]  # two submissions at once, one WORKDIR
-    said = [p.communicate(timeout=120)[0] for p in procs]
+    said = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], said
     subs = [_parse(s) for s in said]
     # every job's last state, seen as it ends: Slurm forgets a finished job after MinJobAge (60 s)
