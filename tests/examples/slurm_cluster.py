@@ -103,7 +103,7 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SwitchType=switch/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "SchedulerType=sched/backfill",
             # nodes may declare more CPUs than the machine has; a job's state stays queryable 60 s
-            "SlurmdParameters=config_overrides", "ReturnToService=2", "KillWait=5", "MinJobAge=60",
+            "SlurmdParameters=config_overrides", "ReturnToService=2", "KillWait=5", "MinJobAge=3600",
             "MailProg=/bin/true", f"StateSaveLocation={b}/state", f"SlurmdSpoolDir={b}/spool/%n",
             f"SlurmctldPidFile={b}/run/slurmctld.pid", f"SlurmdPidFile={b}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={b}/log/slurmctld.log", f"SlurmdLogFile={b}/log/slurmd-%n.log",
