@@ -11,6 +11,9 @@ checkpoint's common state (records.py reads and names them):
                           router_direction or router_unit existed lack them: cosine, above, token)
     scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
                           or the presence of adapters, differ from the model's
+What a checkpoint records of the model's method (`scale.dims`, `scale.lora`) is what the method
+says it records (`method.record()`, megatron_scale/methods/): save_checkpoint and load_checkpoint
+take the method the model was built for, and a load compares its record with the checkpoint's.
 The model's sharded state dict is built once per save and once per load; the digest is taken
 from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
@@ -39,10 +42,10 @@ from megatron_scale import faults
 from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
 from megatron_scale.model.state import tree_map
-from megatron_scale.records import CheckpointError, CheckpointRecords, model_records, read_records, scale_record
+from megatron_scale.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
 
 __all__ = [
-    "CheckpointError", "check_lora_record", "iteration_dir", "latest_iteration_dir",
+    "CheckpointError", "check_lora_record", "check_method_record", "iteration_dir", "latest_iteration_dir",
     "load_checkpoint", "read_scale_record", "save_checkpoint",
 ]
 
@@ -78,8 +81,8 @@ def _first_difference(
     return None
 
 
-def _check_lora(model: nn.Module, theirs: dict[str, Any] | None, directory: str | os.PathLike) -> None:
-    mine = model_records(model)[1]
+def _check_lora(mine: dict[str, Any] | None, theirs: dict[str, Any] | None, directory: str | os.PathLike) -> None:
+    """The method's LoRA record `mine` against the checkpoint's."""
     if (mine is None) != (theirs is None):
         kind = {True: "no LoRA adapters", False: "LoRA adapters"}
         raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model has {kind[mine is None]}")
@@ -91,28 +94,38 @@ def _check_lora(model: nn.Module, theirs: dict[str, Any] | None, directory: str 
         )
 
 
-def _check_dims(model: nn.Module, theirs: Any, directory: str | os.PathLike) -> None:
-    mine = model_records(model)[0]
+def _check_dims(mine: dict[str, Any] | None, theirs: Any, directory: str | os.PathLike) -> None:
+    """The method's geometry record `mine` against the checkpoint's ScaleDims `theirs`."""
     if (mine is None) != (theirs is None):
         kind = {True: "a plain GPT model", False: "a SCALE model"}
         raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
     if mine is None:
         return
     # the router's settings are recorded as the checkpoint's default, not geometry
-    differ = _first_difference(mine.to_record(), theirs.to_record(), skip=ROUTER_SETTINGS)
+    differ = _first_difference(mine, theirs.to_record(), skip=ROUTER_SETTINGS)
     if differ is not None:
         field, was, value = differ
         raise CheckpointError(f"{directory}: SCALE geometry differs at '{field}': checkpoint {was!r}, model {value!r}")
 
 
-def check_lora_record(model: nn.Module, directory: str | os.PathLike, records: CheckpointRecords | None = None) -> None:
+def check_method_record(method: RecordedMethod, records: CheckpointRecords, directory: str | os.PathLike) -> None:
+    """Refuse a checkpoint whose record is not `method`'s: another kind of model (plain GPT, SCALE,
+    LoRA adapters or none), another SCALE geometry (the router's settings aside), another LoRA
+    rank or alpha. The message names the directory and the first field that differs."""
+    mine = method.record()
+    _check_dims(mine.get("dims"), records.dims, directory)
+    _check_lora(mine.get("lora"), records.lora, directory)
+
+
+def check_lora_record(method: RecordedMethod, directory: str | os.PathLike,
+                      records: CheckpointRecords | None = None) -> None:
     """Refuse a megatron-scale checkpoint whose LoRA rank/alpha (or their absence) differ from
-    `model`'s. Checkpoints without a megatron-scale record are not checked. `records`: the
-    directory's, where the caller has read them already."""
+    what `method` records. Checkpoints without a megatron-scale record are not checked.
+    `records`: the directory's, where the caller has read them already."""
     if records is None:
         records = read_records(directory, required=False)
     if records is not None and records.scale is not None:
-        _check_lora(model, records.lora, directory)
+        _check_lora(method.record().get("lora"), records.lora, directory)
 
 
 def _rank() -> int:
@@ -124,9 +137,11 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None) -> Path:
-    """Save `model` (this rank's shards; every rank calls) to `directory`, which must not exist.
-    `extra(model_sharded_state_dict)` returns further entries to save beside the model's."""
+def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None, *,
+                    method: RecordedMethod) -> Path:
+    """Save `model` (this rank's shards; every rank calls), built for `method`, to `directory`,
+    which must not exist. `extra(model_sharded_state_dict)` returns further entries to save beside
+    the model's; `method.record()` is what the checkpoint records of the method."""
     target = Path(directory)
     partial = target.with_name(target.name + ".partial")
     if target.exists():
@@ -137,7 +152,7 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     _barrier()
     state = model.sharded_state_dict()  # type: ignore[operator]
     more = extra(state) if extra else {}
-    state["scale"] = scale_record(model, frozen_base_digest(model, sharded=state))
+    state["scale"] = scale_record(method, frozen_base_digest(model, sharded=state))
     state.update(more)
     with faults.checkpoint_writes(str(partial)):
         mc.dist_checkpointing.save(
@@ -161,9 +176,11 @@ def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    model: nn.Module, directory: str | os.PathLike, extra: Extra = None, records: CheckpointRecords | None = None
+    model: nn.Module, directory: str | os.PathLike, extra: Extra = None, records: CheckpointRecords | None = None,
+    *, method: RecordedMethod,
 ) -> dict[str, Any]:
-    """Load `directory` into `model` at the model's own layout and verify the frozen base.
+    """Load `directory` into `model`, built for `method`, at the model's own layout and verify the
+    frozen base; a checkpoint that records another method is refused (check_method_record).
     `records`: the directory's, where the caller has read them already.
 
     Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
@@ -171,8 +188,7 @@ def load_checkpoint(
         records = read_records(directory)
     if records.scale is None:
         raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
-    _check_dims(model, records.dims, directory)
-    _check_lora(model, records.lora, directory)
+    check_method_record(method, records, directory)
     sharded = model.sharded_state_dict()  # type: ignore[operator]
     model_keys = set(sharded)
     # dist_checkpointing.load rewrites the ShardedTensors it is given (their data gains the stacked

@@ -34,10 +34,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 from packaging.version import InvalidVersion, Version
-from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfigError, ScaleDims
@@ -249,17 +248,22 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     )
 
 
-def model_records(model: nn.Module) -> tuple[ScaleDims | None, dict[str, Any] | None]:
-    """(geometry, LoRA record) of a built model: what its checkpoints record."""
-    settings = getattr(model, "lora_settings", None)
-    return getattr(model, "scale_dims", None), None if settings is None else settings.record()
+class RecordedMethod(Protocol):
+    """What a checkpoint records of the training method its model was built for (each class in
+    megatron_scale/methods/ says it: methods/base.py TrainingMethod.record)."""
+
+    def record(self) -> dict[str, Any]:
+        """Its entries in the `scale` record: `dims` (the geometry's record, None for a plain GPT
+        model) and, for LoRA, `lora` (rank and alpha)."""
+        ...
 
 
-def scale_record(model: nn.Module, digest: str) -> dict[str, Any]:
-    """The `scale` record a checkpoint of `model` keeps (its frozen base's digest given)."""
-    dims, lora = model_records(model)
-    record: dict[str, Any] = {"frozen_digest": digest, "dims": None if dims is None else dims.to_record(),
+def scale_record(method: RecordedMethod, digest: str) -> dict[str, Any]:
+    """The `scale` record a checkpoint of a model built for `method` keeps (its frozen base's
+    digest given). Its keys, in this order: frozen_digest, dims, mcore_version, then the method's
+    other entries (lora)."""
+    entries = dict(method.record())
+    record: dict[str, Any] = {"frozen_digest": digest, "dims": entries.pop("dims"),
                               "mcore_version": mc.MCORE_VERSION}
-    if lora is not None:
-        record["lora"] = lora
+    record.update(entries)
     return record

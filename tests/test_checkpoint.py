@@ -46,6 +46,25 @@ def _build(tp: int, **scale_overrides: Any) -> Any:
     ).to(_tiny.device()).eval()
 
 
+def _method(model: Any) -> Any:
+    """The SCALE method `model` was built for (what its checkpoints record)."""
+    from megatron_scale.methods import Scale
+
+    return Scale(dims=model.scale_dims)
+
+
+def _save(model: Any, path: Path) -> Any:
+    from megatron_scale.checkpoint import save_checkpoint
+
+    return save_checkpoint(model, path, method=_method(model))
+
+
+def _load(model: Any, path: Path) -> dict[str, Any]:
+    from megatron_scale.checkpoint import load_checkpoint
+
+    return load_checkpoint(model, path, method=_method(model))
+
+
 def _logits(model: Any) -> torch.Tensor:
     b = _tiny.batch(seed=2)
     with torch.no_grad():
@@ -74,7 +93,7 @@ def _flip_frozen_byte(ckpt: Path, key: str) -> None:
 def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from megatron_scale.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from megatron_scale.checkpoint import CheckpointError
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.state import global_state_dict, load_global_state_dict
 
@@ -86,20 +105,20 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     m2 = _build(2)
     load_global_state_dict(m2, state)
     ref = _logits(m2)
-    res["record"] = save_checkpoint(m2, root / "tp2") is not None
+    res["record"] = _save(m2, root / "tp2") is not None
 
     _set_tp(1)
     m1 = _build(1)
-    record = load_checkpoint(m1, root / "tp2")["scale"]
+    record = _load(m1, root / "tp2")["scale"]
     res["record_keys"] = sorted(record)
     res["tp1_logits_err"] = float((_logits(m1) - ref).abs().max())
     g1 = global_state_dict(m1)
     res["tp1_tensors_equal"] = sorted(g1) == sorted(state) and all(torch.equal(g1[k], state[k]) for k in state)
-    save_checkpoint(m1, root / "tp1")
+    _save(m1, root / "tp1")
 
     _set_tp(2)
     back = _build(2)
-    load_checkpoint(back, root / "tp1")
+    _load(back, root / "tp1")
     res["tp2_again_bitwise"] = torch.equal(_logits(back), ref)
 
     def refused(fn: Any) -> str:
@@ -112,7 +131,7 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     # the router's settings are not geometry: a model with another tau/statistic loads, keeps its
     # own settings, and the record still holds the checkpoint's default
     other = _build(2, router_tau=0.9, router_statistic="max-prob", router_direction="below", router_unit="word")
-    rec = load_checkpoint(other, root / "tp1")["scale"]["dims"]
+    rec = _load(other, root / "tp1")["scale"]["dims"]
     res["other_router_loads"] = torch.equal(_logits(other.train()), _logits(back.train()))
     res["router_record"] = (rec["router_tau"], rec["router_statistic"], rec["router_direction"],
                             other.output_layer.tau, other.output_layer.direction, rec["router_unit"],
@@ -124,26 +143,26 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     to_record = ScaleDims.to_record
     ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k not in ("router_statistic", "router_direction", "router_unit")}  # type: ignore[method-assign]
     try:
-        save_checkpoint(back, root / "old_record")
+        _save(back, root / "old_record")
     finally:
         ScaleDims.to_record = to_record  # type: ignore[method-assign]
-    old_dims = load_checkpoint(_build(2), root / "old_record")["scale"]["dims"]
+    old_dims = _load(_build(2), root / "old_record")["scale"]["dims"]
     res["old_record_loads"] = all(k not in old_dims for k in ("router_statistic", "router_direction", "router_unit"))
     # the typed records: the geometry as the model has it (an old record's statistic: cosine)
     records = read_records(root / "tp1")
     res["records"] = (records.dims == back.scale_dims, records.is_scale, isinstance(records.digest, str),
                       records.model_args, records.lora, records.train_state)
     res["old_records_dims"] = read_records(root / "old_record").dims == back.scale_dims
-    res["existing_target"] = refused(lambda: save_checkpoint(back, root / "tp1"))
-    res["other_geometry"] = refused(lambda: load_checkpoint(_build(2, hidden_up=32), root / "tp1"))
+    res["existing_target"] = refused(lambda: _save(back, root / "tp1"))
+    res["other_geometry"] = refused(lambda: _load(_build(2, hidden_up=32), root / "tp1"))
     dist.barrier()  # every rank has finished reading tp1 before rank 0 tampers with its files
     if rank == 0:
         (root / "legacy").mkdir()
         (root / "legacy" / "common.pt").write_bytes(b"not a pickle")
         _flip_frozen_byte(root / "tp1", "embedding.word_embeddings.weight")
     dist.barrier()
-    res["legacy"] = refused(lambda: load_checkpoint(_build(2), root / "legacy"))
-    res["tampered"] = refused(lambda: load_checkpoint(_build(2), root / "tp1"))
+    res["legacy"] = refused(lambda: _load(_build(2), root / "legacy"))
+    res["tampered"] = refused(lambda: _load(_build(2), root / "tp1"))
     return res
 
 

@@ -14,6 +14,7 @@ def test_one_record_policy(tmp_path: Path) -> None:
     """records.read_records: a missing directory and a legacy pickled common.pt are refused by
     name; a directory that is no torch_dist checkpoint is refused, or None where the caller asks."""
     from megatron_scale.checkpoint import CheckpointError, check_lora_record, read_scale_record
+    from megatron_scale.methods import Full
     from megatron_scale.records import read_records
 
     with pytest.raises(CheckpointError, match=r"nope does not exist"):
@@ -22,7 +23,7 @@ def test_one_record_policy(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
         read_records(tmp_path / "plain")
     assert read_records(tmp_path / "plain", required=False) is None
-    check_lora_record(torch.nn.Linear(1, 1), tmp_path / "plain")  # nothing recorded: nothing to check
+    check_lora_record(Full(), tmp_path / "plain")  # nothing recorded: nothing to check
     with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
         read_scale_record(tmp_path / "plain")
     (tmp_path / "legacy").mkdir()
@@ -30,3 +31,73 @@ def test_one_record_policy(tmp_path: Path) -> None:
     for required in (True, False):
         with pytest.raises(CheckpointError, match=r"legacy: legacy checkpoint with a pickled common.pt"):
             read_records(tmp_path / "legacy", required=required)
+
+
+def _dims() -> object:
+    from megatron_scale.config import ScaleConfig
+
+    from tests import _tiny
+
+    return ScaleConfig(variant="adapt", adapt_layers=(1,), heads_up=4).resolve(_tiny.base_config(1))
+
+
+def test_each_method_says_what_its_checkpoints_record() -> None:
+    """The `scale` record is the method's own (TrainingMethod.record), in the format checkpoints
+    have always had: frozen_digest, dims (None for a plain model), mcore_version, then lora for
+    LoRA; and each record reads back as the method that wrote it (methods.recorded_method), with
+    Freeze and LLaMA-Pro recorded as the plain model they are."""
+    from megatron_scale import _mcore as mc
+    from megatron_scale.methods import Freeze, Full, LlamaPro, Lora, Scale, recorded_method
+    from megatron_scale.model.lora import LoraSettings
+    from megatron_scale.records import scale_record
+
+    dims = _dims()
+    lora = Lora(settings=LoraSettings(rank=4, alpha=8.0, dropout=0.1, seed=5))
+    want = {
+        Full(): {"frozen_digest": "d", "dims": None, "mcore_version": mc.MCORE_VERSION},
+        Freeze(layers=2): {"frozen_digest": "d", "dims": None, "mcore_version": mc.MCORE_VERSION},
+        LlamaPro(blocks=1): {"frozen_digest": "d", "dims": None, "mcore_version": mc.MCORE_VERSION},
+        Scale(dims=dims): {"frozen_digest": "d", "dims": dims.to_record(), "mcore_version": mc.MCORE_VERSION},
+        lora: {"frozen_digest": "d", "dims": None, "mcore_version": mc.MCORE_VERSION,
+               "lora": {"rank": 4, "alpha": 8.0}},
+    }
+    for method, record in want.items():
+        got = scale_record(method, "d")
+        assert list(got.items()) == list(record.items()), method  # same keys, same order, same values
+    back = {m.name: recorded_method(None if r["dims"] is None else dims, r.get("lora")) for m, r in want.items()}
+    assert back == {"full": Full(), "freeze": Full(), "llama-pro": Full(), "scale-adapt": Scale(dims=dims),
+                    "lora": Lora(settings=LoraSettings(rank=4, alpha=8.0))}
+
+
+def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path) -> None:
+    """checkpoint.check_method_record: another kind of model, another geometry (router settings
+    aside) or another LoRA rank is refused, naming the directory and the field."""
+    import dataclasses
+
+    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.methods import Full, Lora, Scale
+    from megatron_scale.model.lora import LoraSettings
+    from megatron_scale.records import CheckpointRecords
+
+    dims = _dims()
+
+    def records(dims: object = None, lora: dict | None = None) -> CheckpointRecords:
+        return CheckpointRecords(directory=tmp_path, model_args=None, dims=dims, lora=lora, train_state=None,
+                                 layout=None, digest="d", scale={})
+
+    lora = Lora(settings=LoraSettings(rank=4, alpha=8.0))
+    check_method_record(Full(), records(), tmp_path)
+    check_method_record(Scale(dims=dims), records(dims), tmp_path)
+    check_method_record(Scale(dims=dataclasses.replace(dims, router_tau=0.3)), records(dims), tmp_path)
+    check_method_record(lora, records(lora={"rank": 4, "alpha": 8.0}), tmp_path)
+    refusals = [
+        (Full(), records(dims), "holds a SCALE model but the model is a plain GPT model"),
+        (Scale(dims=dims), records(), "holds a plain GPT model but the model is a SCALE model"),
+        (Scale(dims=dataclasses.replace(dims, hidden_up=dims.hidden_up + 8)), records(dims),
+         "SCALE geometry differs at 'hidden_up'"),
+        (Full(), records(lora={"rank": 4, "alpha": 8.0}), "holds LoRA adapters but the model has no LoRA adapters"),
+        (lora, records(lora={"rank": 8, "alpha": 8.0}), "LoRA settings differ at 'rank': checkpoint 8, model 4"),
+    ]
+    for method, recs, message in refusals:
+        with pytest.raises(CheckpointError, match=f"{tmp_path}.*{message}"):
+            check_method_record(method, recs, tmp_path)

@@ -129,7 +129,7 @@ def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, 
     model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(device)
     with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
         load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
-    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
+    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=Full())
 
 
 def convert_hf_to_megatron(

@@ -35,9 +35,10 @@ def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims,
                   device: torch.device) -> None:
     reader = MegatronReader(base_dir)
     base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
-    model = build_model(args, Scale(dims=dims), Parallel(tp=tp, pp=pp)).to(device)
+    method = Scale(dims=dims)
+    model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device)
     load_upscaled(model, base)
-    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()})
+    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=method)
 
 
 def upscale_checkpoint(

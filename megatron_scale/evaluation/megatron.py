@@ -76,9 +76,9 @@ def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tupl
     if args.num_layers % pp:
         raise ValueError(f"--pipeline-model-parallel-size {pp}: {reader.dir} has {args.num_layers} layers, "
                          f"not a multiple of it")
-    model = build_model(args, recorded_method(reader.dims, reader.lora), Parallel(tp=tp, pp=pp))
-    model = model.to(device).eval()
-    load_checkpoint(model, reader.dir)
+    method = recorded_method(reader.dims, reader.lora)
+    model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device).eval()
+    load_checkpoint(model, reader.dir, method=method)
     return model, reader
 
 

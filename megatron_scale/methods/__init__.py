@@ -21,7 +21,6 @@ from megatron_scale.methods.full import Full
 from megatron_scale.methods.llama_pro import LlamaPro
 from megatron_scale.methods.lora import Lora
 from megatron_scale.methods.scale import Scale
-from megatron_scale.model.lora import LoraSettings
 
 METHOD_CLASSES: tuple[type[TrainingMethod], ...] = (Scale, Full, Freeze, LlamaPro, Lora)
 NAMES: tuple[str, ...] = tuple(name for cls in METHOD_CLASSES for name in cls.names)
@@ -42,10 +41,10 @@ def method_class(name: str) -> type[TrainingMethod]:
 
 
 def recorded_method(dims: ScaleDims | None, lora: dict[str, Any] | None) -> TrainingMethod:
-    """The method a checkpoint's records describe: its SCALE geometry, its LoRA rank and alpha,
-    or neither (a plain model, built as `Full`)."""
-    if dims is not None:
-        return Scale(dims=dims)
-    if lora is not None:
-        return Lora(settings=LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"])))
-    return Full()
+    """The method a checkpoint's records describe (its SCALE geometry, its LoRA rank and alpha, or
+    neither: a plain model, built as `Full`): the one class whose `from_record` answers."""
+    found = [m for cls in METHOD_CLASSES if (m := cls.from_record(dims, lora)) is not None]
+    if len(found) != 1:
+        raise ValueError(f"a checkpoint record (dims {'set' if dims else 'None'}, lora {lora!r}) describes "
+                         f"{len(found)} methods: {', '.join(m.name for m in found) or 'none'}")
+    return found[0]

@@ -4,7 +4,9 @@ and on forgetting)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from megatron_scale.config import ScaleDims
 from megatron_scale.methods.base import TrainingMethod
 
 
@@ -13,3 +15,8 @@ class Full(TrainingMethod):
     """Full fine-tuning: every weight trains."""
 
     names = ("full",)
+
+    @classmethod
+    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Full | None:
+        """A plain GPT model's record (no geometry, no adapters): built as Full."""
+        return cls() if dims is None and lora is None else None

@@ -9,6 +9,7 @@ from typing import Any
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import check_lora_record
+from megatron_scale.config import ScaleDims
 from megatron_scale.flags import flag
 from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
 from megatron_scale.model.args import LlamaArgs
@@ -68,6 +69,16 @@ class Lora(TrainingMethod):
         return cls(settings=LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]),
                                          dropout=f.lora_dropout, seed=given.seed))
 
+    def record(self) -> dict[str, Any]:
+        """No geometry; its adapters' rank and alpha (what a load must agree on)."""
+        return {"dims": None, "lora": self.settings.record()}
+
+    @classmethod
+    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Lora | None:
+        if dims is not None or lora is None:
+            return None
+        return cls(settings=LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"])))
+
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), self.settings, gated=True)
         model = build_gpt(cfg, args, kernels, spec)
@@ -86,7 +97,7 @@ class Lora(TrainingMethod):
                 if lacking:
                     raise KeyError(f"state dict lacks {len(lacking)} key(s), first: {lacking[:5]}")
                 return "base+lora"
-            check_lora_record(model, directory, records)
+            check_lora_record(self, directory, records)
             load_global_state_dict(model, state)
             return "lora"
         except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape

@@ -89,11 +89,19 @@ class Scale(TrainingMethod):
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)
 
+    def record(self) -> dict[str, Any]:
+        """Its geometry (ScaleDims.to_record, with the router's default settings)."""
+        return {"dims": self.dims.to_record()}
+
+    @classmethod
+    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Scale | None:
+        return None if dims is None else cls(dims=dims)
+
     def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
                      base_layers: int) -> str:
         """A SCALE checkpoint as it is; a base upscaled on load."""
         if records is not None and records.is_scale:
-            load_checkpoint(model, directory, records=records)
+            load_checkpoint(model, directory, records=records, method=self)
             return "scale"
         base = read_base_state(directory)
         if any(is_lora_key(k) for k in base):

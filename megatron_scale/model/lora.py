@@ -256,4 +256,3 @@ def init_lora_model(model: nn.Module, lora: LoraSettings) -> None:
         raise ValueError(f"LoRA: expected {len(TARGETS)} LoRA linears per layer, found {found} in all")
     for name, p in model.named_parameters():
         p.requires_grad_(name.rsplit(".", 1)[-1] in LORA_PARAMS)
-    model.lora_settings = lora  # type: ignore[assignment]

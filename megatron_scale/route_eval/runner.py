@@ -110,8 +110,9 @@ def _model(load: str, tp: int, device: torch.device) -> Any:
     reader = MegatronReader(load)
     if reader.dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    model = build_model(reader.model_args(), Scale(dims=reader.dims), Parallel(tp=tp)).to(device)
-    load_checkpoint(model, load)
+    method = Scale(dims=reader.dims)
+    model = build_model(reader.model_args(), method, Parallel(tp=tp)).to(device)
+    load_checkpoint(model, load, method=method)
     return model.eval()
 
 
@@ -127,13 +128,15 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
                device: torch.device) -> str:
     from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.methods import Scale
     from megatron_scale.model.builder import set_router_default
     from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
     set_router_default(model, tau, statistic, direction, unit)
     record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
-    return str(save_checkpoint(model, save, extra=lambda _: record))
+    # the geometry with its new router default is what the checkpoint records
+    return str(save_checkpoint(model, save, extra=lambda _: record, method=Scale(dims=model.scale_dims)))
 
 
 def run_sweep(s: SweepSettings) -> dict[str, Any]:

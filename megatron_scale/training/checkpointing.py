@@ -32,7 +32,9 @@ from megatron_scale import faults
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
-from megatron_scale.records import FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, SavedLayout
+from megatron_scale.records import (
+    FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, RecordedMethod, SavedLayout,
+)
 from megatron_scale.training.reshard import optimizer_metadata
 
 
@@ -210,7 +212,8 @@ def _load_optimizer(optimizer: Any, state: dict) -> None:
 
 def save_run(
     save: str, iteration: int, model: Any, optimizer: Any, scheduler: Any, consumed: int,
-    layout: SavedLayout, model_args: dict[str, Any] | None = None, optim: dict[str, Any] | None = None,
+    layout: SavedLayout, model_args: dict[str, Any] | None = None, optim: dict[str, Any] | None = None, *,
+    method: RecordedMethod,
 ) -> Path:
     """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
     architecture, training/plan.py) goes into the common state for the export tool; `layout`
@@ -228,7 +231,7 @@ def save_run(
         }
 
     _drop_uncommitted(save, iteration)
-    path = save_checkpoint(model, iteration_dir(save, iteration), extra)
+    path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method)
     if dist.get_rank() == 0:
         faults.point("save-before-marker", checkpoint=path.name)
         tmp = Path(save) / (MARKER + ".tmp")
@@ -240,7 +243,7 @@ def save_run(
 
 def load_run(
     path: Path, model: Any, optimizer: Any, scheduler: Any, optimizer_format: str, rng: bool = True,
-    records: CheckpointRecords | None = None,
+    records: CheckpointRecords | None = None, *, method: RecordedMethod,
 ) -> tuple[int, int]:
     """Restore model, optimizer (its state saved in `optimizer_format`), scheduler and, with `rng`
     (the same TP x PP grid: training/reshard.py), each rank's RNG from an iteration directory
@@ -258,7 +261,7 @@ def load_run(
             **({"rng_state": _rng_object(None)} if rng else {}),
         }
 
-    loaded = load_checkpoint(model, path, extra, records=records)
+    loaded = load_checkpoint(model, path, extra, records=records, method=method)
     faults.point("load", checkpoint=path.name)
     if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")

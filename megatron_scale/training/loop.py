@@ -24,6 +24,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale import faults
 from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
+from megatron_scale.methods import TrainingMethod
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.builder import output_layers, router_settings, set_unit_codes
 from megatron_scale.records import CheckpointError, SavedLayout
@@ -57,12 +58,13 @@ class Run:
     model_args: dict[str, Any]  # the architecture record the run's checkpoints carry
     layout: SavedLayout  # the layout record the run's checkpoints carry (training/reshard.py)
     device: torch.device  # the run's one device: batches and collective buffers go here
+    method: TrainingMethod  # the method the model was built for: what its checkpoints record
     iteration: int = 0
     consumed: int = 0
 
     def save(self) -> None:
         save_run(self.config.checkpoint.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
-                 self.layout, self.model_args, decoupled_record(self.config.optim))
+                 self.layout, self.model_args, decoupled_record(self.config.optim), method=self.method)
 
 
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
@@ -154,12 +156,13 @@ def setup(config: TrainConfig) -> Run:
         config=cfg, model=model, ddp=ddp, optimizer=optimizer, scheduler=scheduler, data=data,
         log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=log.tensorboard_dir, train_iters=s.train_iters),
         num_microbatches=gb // (s.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
-        model_args=p.record, layout=p.layout, device=device,
+        model_args=p.record, layout=p.layout, device=device, method=p.method,
     )
     if p.resume is not None:
         saved = p.resumed_layout or p.layout  # a checkpoint whose layout is unknown loads as the run's
         run.iteration, run.consumed = load_run(p.resume, model, optimizer, scheduler, saved.optimizer_format,
-                                               rng=same_grid(p.resumed_layout, p.layout), records=p.records)
+                                               rng=same_grid(p.resumed_layout, p.layout), records=p.records,
+                                               method=p.method)
         run.log.record("resume", run.iteration, {"checkpoint": str(p.resume), "consumed_samples": run.consumed})
         if p.reshard and dist.get_rank() == 0:
             print(f" {p.reshard}", flush=True)

@@ -54,12 +54,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             convert_hf_to_megatron(base / f"hf-{tied}", out, tp=tp, pp=pp, progress=False)
             args = MegatronReader(out).model_args()
             model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
-            load_checkpoint(model, out)
+            load_checkpoint(model, out, method=Full())
             res[f"{tied}/{tp}{pp}"] = megatron_logits(model, ids)
             if (tp, pp) == (1, 1):
                 res[f"{tied}/inv_freq"] = model.rotary_pos_emb.inv_freq.clone()
                 plain = build_model(dataclasses.replace(args, rope_scaling=False), Full()).to(_tiny.device()).eval()
-                load_checkpoint(plain, out)
+                load_checkpoint(plain, out, method=Full())
                 res[f"{tied}/no_rope_scaling"] = megatron_logits(plain, ids)
             if (tp, pp) != UPSCALE_LAYOUT[tied]:
                 continue
@@ -67,9 +67,9 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                scaled = build_model(args, Scale(dims=MegatronReader(sc_dir).dims), Parallel(tp=tp, pp=pp))
-                scaled = scaled.to(_tiny.device()).eval()
-                load_checkpoint(scaled, sc_dir)
+                method = Scale(dims=MegatronReader(sc_dir).dims)
+                scaled = build_model(args, method, Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
+                load_checkpoint(scaled, sc_dir, method=method)
                 with output_head(scaled, "preserve"):
                     z_p = megatron_logits(scaled, ids)
                 ref = res[f"{tied}/{tp}{pp}"]

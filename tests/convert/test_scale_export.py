@@ -76,11 +76,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                          adapt_modules=("qkv", "proj", "fc1", "fc2"))
         upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
         reader = MegatronReader(base / f"up-{variant}")
-        model = build_model(reader.model_args(), Scale(dims=reader.dims), Parallel(tp=2)).to(_tiny.device()).eval()
-        load_checkpoint(model, base / f"up-{variant}")
+        method = Scale(dims=reader.dims)
+        model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
+        load_checkpoint(model, base / f"up-{variant}", method=method)
         _perturb(model, seed=11)
         record = {MODEL_ARGS: reader.model_args().to_json()}
-        save_checkpoint(model, base / f"sc-{variant}", extra=lambda _, r=record: r)
+        save_checkpoint(model, base / f"sc-{variant}", extra=lambda _, r=record: r, method=method)
         out = output_layers(model)[0]
         out.reset_route_counts()
         res[f"{variant}/logits"] = megatron_logits(model, ids)

@@ -94,11 +94,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     upscale_checkpoint(mg, base / "up", sc, tp=2)
     mc_reset(2)
     reader = MegatronReader(base / "up")
-    model = build_model(reader.model_args(), Scale(dims=reader.dims), Parallel(tp=2)).to(_tiny.device()).eval()
-    load_checkpoint(model, base / "up")
+    method = Scale(dims=reader.dims)
+    model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
+    load_checkpoint(model, base / "up", method=method)
     _perturb(model, seed=11)
     record = {MODEL_ARGS: reader.model_args().to_json()}
-    save_checkpoint(model, base / "run" / "iter_0000003", extra=lambda _, r=record: r)
+    save_checkpoint(model, base / "run" / "iter_0000003", extra=lambda _, r=record: r, method=method)
     if rank == 0:
         (base / "run" / "latest_checkpointed_iteration.txt").write_text("3\n")
     torch.distributed.barrier()

@@ -97,6 +97,7 @@ def _compare(tp: int, sp: bool, backend: Any, scale: Any, tag: str) -> dict[str,
 def _cast_flags(tp: int, backend: Any, scale: Any, ckpt: Path) -> dict[str, Any]:
     """Steps of two microbatches; then a local checkpoint loaded into the TE model, and back."""
     from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
+    from megatron_scale.methods import Scale
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=True)
@@ -127,8 +128,9 @@ def _cast_flags(tp: int, backend: Any, scale: Any, ckpt: Path) -> dict[str, Any]
         for p in local.parameters():
             if p.requires_grad:
                 p.add_(0.01 * torch.randn_like(p))
-    save_checkpoint(local, ckpt / f"local_tp{tp}")
-    load_checkpoint(model, ckpt / f"local_tp{tp}")  # raises on a digest or key mismatch
+    method = Scale(dims=model.scale_dims)  # what the checkpoints record: the geometry both share
+    save_checkpoint(local, ckpt / f"local_tp{tp}", method=method)
+    load_checkpoint(model, ckpt / f"local_tp{tp}", method=method)  # raises on a digest or key mismatch
     res["extra_state_kept"] = all(  # handed an empty state (keep your own), never a pickle
         m.base_gemm.loaded_extra_state is not None and m.base_gemm.loaded_extra_state.numel() == 0 for m in linears
     )
@@ -141,9 +143,9 @@ def _cast_flags(tp: int, backend: Any, scale: Any, ckpt: Path) -> dict[str, Any]
     step()
     res["base_flags_after_load"] = [list(m.base_gemm.flags) for m in linears]
 
-    save_checkpoint(model, ckpt / f"te_tp{tp}")
+    save_checkpoint(model, ckpt / f"te_tp{tp}", method=method)
     back = _tiny.build_scale(cfg, scale, True, state)
-    load_checkpoint(back, ckpt / f"te_tp{tp}")
+    load_checkpoint(back, ckpt / f"te_tp{tp}", method=method)
     with torch.no_grad():
         res["back_logits_err"] = float(
             (back(b["input_ids"], b["position_ids"], b["attention_mask"]) - z_te).abs().max()

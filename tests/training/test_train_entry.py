@@ -162,8 +162,9 @@ def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> di
 
     init_distributed(2, 1, device="cpu")
     base = _loaded(base_ckpt, "full", 2)[0].to(_tiny.device()).eval()
-    scale = _built("scale-preserve", 2).to(_tiny.device()).eval()
-    load_checkpoint(scale, scale_ckpt)
+    built = _Model("scale-preserve", 2)
+    scale = built.build().to(_tiny.device()).eval()
+    load_checkpoint(scale, scale_ckpt, method=built.method)
     b = _tiny.batch(seed=5)
     with torch.no_grad():
         ref = base(b["input_ids"], b["position_ids"], b["attention_mask"])
