@@ -148,7 +148,7 @@ def optimal_index_dtype(vocab_size: int) -> type:
 
 def checkpoint_writer_module() -> Any:
     """The module whose `_write_item` megatron-core's torch_dist writer calls for every tensor it
-    writes into a shard file (faults.py counts those writes; nothing else touches it)."""
+    writes into a shard file (testing/faults.py counts those writes; nothing else touches it)."""
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
     return filesystem_async

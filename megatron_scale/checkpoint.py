@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale import faults
+from megatron_scale import hooks
 from megatron_scale.config import ROUTER_SETTINGS
 from megatron_scale.model.digest import frozen_base_digest
 from megatron_scale.model.state import tree_map
@@ -154,13 +154,13 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     more = extra(state) if extra else {}
     state["scale"] = scale_record(method, frozen_base_digest(model, sharded=state))
     state.update(more)
-    with faults.checkpoint_writes(str(partial)):
+    with hooks.checkpoint_writes(str(partial)):
         mc.dist_checkpointing.save(
             state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
         )
     _barrier()
     if _rank() == 0:
-        faults.point("save-before-rename", checkpoint=target.name)
+        hooks.point("save-before-rename", checkpoint=target.name)
         partial.rename(target)
     _barrier()
     return target

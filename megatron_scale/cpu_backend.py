@@ -16,7 +16,7 @@ against one megatron-core version and refuses another. The mode is thread-local:
 thread that enabled it, which is where CPU autograd runs too.
 
 Because the mapping erases the difference between host and device, it comes with the device audit
-(device_audit.py, on unless MEGATRON_SCALE_DEVICE_AUDIT=0): a tensor that a GPU run would find on
+(testing/device_audit.py, switched on through hooks.device_audit unless MEGATRON_SCALE_DEVICE_AUDIT=0): a tensor that a GPU run would find on
 the host where the device is needed raises, naming where it was made.
 """
 
@@ -29,12 +29,11 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from megatron_scale import device_audit
-from megatron_scale.device_audit import EMULATED
+from megatron_scale import hooks
 
 # The run's device on the CPU backend: the CPU, named cpu:0 so that what the code places on "the
 # device" stays apart from what it leaves on the host ("cpu") for the device audit.
-DEVICE = EMULATED
+DEVICE = torch.device("cpu", 0)
 
 CHECKED_MCORE_VERSION = "0.19.2"
 
@@ -60,17 +59,17 @@ class _CudaToCpu(TorchFunctionMode):
     """Rewrites CUDA devices to the CPU in every torch call, and reports CPU float tensors'
     type() as their CUDA counterparts (megatron-core's optimizer checks compare strings)."""
 
-    def __init__(self, audit: bool) -> None:
+    def __init__(self, audit: Callable[..., Any] | None) -> None:
         super().__init__()
-        self.audit = audit
+        self.audit = audit  # the device audit's check of one call (hooks.device_audit), or None
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
             name = func(*args)
             return _CUDA_TYPE.get(name, name)
-        if self.audit:
-            return device_audit.audited_call(func, args, kwargs, lambda: self._mapped(func, args, kwargs))
+        if self.audit is not None:
+            return self.audit(func, args, kwargs, lambda: self._mapped(func, args, kwargs))
         return self._mapped(func, args, kwargs)
 
     @staticmethod
@@ -135,10 +134,7 @@ def enable_cpu_backend() -> bool:
     cuda.Stream = _NoStream  # type: ignore[assignment,misc]
     cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
     cuda.empty_cache = lambda: None  # type: ignore[assignment]
-    audit = device_audit.audit_requested()
-    if audit:
-        device_audit.enable()
-    _mode = _CudaToCpu(audit)
+    _mode = _CudaToCpu(hooks.device_audit(DEVICE))
     _mode.__enter__()
     return True
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.convert import _hf
-from tests.training._runs import RUN, command, make_dataset
+from megatron_scale.testing.runs import RUN, command, make_dataset
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The device audit (megatron_scale/device_audit.py): on the CPU backend, code that would leave a
+"""The device audit (megatron_scale/testing/device_audit.py): on the CPU backend, code that would leave a
 tensor on the host where a GPU run needs it on the device fails here, on the CPU, naming where the
 tensor was made.
 
@@ -22,7 +22,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.training._runs import MODEL, make_dataset
+from megatron_scale.testing.runs import MODEL, make_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ RULES = """
 import json, os, torch, torch.distributed as dist
 import torch.nn.functional as F
 from megatron_scale.cpu_backend import resolve_device
-from megatron_scale.device_audit import DeviceAuditError
+from megatron_scale.testing.device_audit import DeviceAuditError
 
 resolve_device("cpu")
 out = {}
@@ -111,7 +111,7 @@ def test_audit_can_be_switched_off() -> None:
 
 STEP = """
 import json, os, sys
-from megatron_scale.device_audit import DeviceAuditError
+from megatron_scale.testing.device_audit import DeviceAuditError
 from megatron_scale.distributed import destroy_distributed
 from megatron_scale.training import data, loop
 from megatron_scale.training.config import parse

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import requires_gpus
 from tests.convert._hf import make_hf
-from tests.training._runs import make_dataset, records
+from megatron_scale.testing.runs import make_dataset, records
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("full", "scale-preserve", "scale-adapt", "scale-route", "freeze", "llama-pro", "lora")

@@ -3,7 +3,9 @@
   tools; the methods (megatron_scale.methods) nothing from training, data, conversion or tools;
 - every megatron.core import goes through megatron_scale/_mcore.py;
 - only megatron_scale/distributed.py knows about the CPU backend;
-- importing the package patches nothing (no import-time side effects on torch.cuda)."""
+- importing the package patches nothing (no import-time side effects on torch.cuda);
+- the test machinery (megatron_scale.testing) is reached from production code only through the
+  one hook, megatron_scale/hooks.py, and lazily; nothing in the package or tools imports tests/."""
 
 from __future__ import annotations
 
@@ -83,6 +85,42 @@ def test_only_distributed_knows_the_cpu_backend() -> None:
         if p.name != "cpu_backend.py" and any("cpu_backend" in n for n in _imports(p))
     )
     assert users == ["distributed.py"]
+
+
+def test_test_machinery_is_reached_only_through_the_one_hook() -> None:
+    """megatron_scale/testing/ (the device audit, fault points, kill harness) is imported by no
+    production module but hooks.py, and there only inside the functions the environment switches
+    on, so a run that arms nothing never loads it; the package and the tools import nothing from
+    the repository's tests/."""
+    testing = PKG / "testing"
+    production = [p for p in _sources() if testing not in p.parents]
+    assert len(production) > 50 and (testing / "faults.py").is_file() and (testing / "device_audit.py").is_file()
+    users = sorted(str(p.relative_to(PKG)) for p in production
+                   if any(n == "megatron_scale.testing" or n.startswith("megatron_scale.testing.") for n in _imports(p)))
+    assert users == ["hooks.py"]
+    hook = ast.parse((PKG / "hooks.py").read_text())
+    top_level = [n for n in hook.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all("testing" not in (getattr(n, "module", None) or "") for n in top_level)
+    tools = sorted((PKG.parent / "tools").glob("*.py"))
+    importers = sorted(str(p.relative_to(PKG.parent)) for p in _sources() + tools
+                       if any(n == "tests" or n.startswith("tests.") for n in _imports(p)))
+    assert importers == []
+
+
+def test_a_run_that_arms_nothing_never_loads_the_test_machinery() -> None:
+    code = (
+        "import os; [os.environ.pop(k, None) for k in ('MEGATRON_SCALE_FAULT', 'MEGATRON_SCALE_FAULT_COUNT')];"
+        "import sys, megatron_scale.training.loop, megatron_scale.checkpoint, megatron_scale.hooks as h;"
+        "h.point('forward'); h.optimizer_built(object())\n"
+        "with h.checkpoint_writes('x'): pass\n"
+        "bad = [m for m in sys.modules if m.startswith('megatron_scale.testing')]; assert not bad, bad; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+    from megatron_scale import hooks
+    from megatron_scale.testing import faults
+
+    assert (hooks.FAULT, hooks.FAULT_COUNT) == (faults.ARM, faults.COUNT)  # the hook's switches are the machinery's
 
 
 def test_import_has_no_side_effects() -> None:

@@ -1,6 +1,6 @@
 """Kills at any moment, at length: SIGKILL training launches at seeded fault points and resume
 them from what is on disk, checking every trial against the uninterrupted run (the harness is
-tests/training/_kills.py; CI runs one trial per method in tests/training/test_kills.py).
+megatron_scale/testing/kills.py; CI runs one trial per method in tests/training/test_kills.py).
 
     python tools/kill_trials.py --trials 50 --seed 0
     python tools/kill_trials.py --trials 14 --methods scale-adapt lora --workdir /tmp/kills
@@ -8,21 +8,18 @@ tests/training/_kills.py; CI runs one trial per method in tests/training/test_ki
 Methods rotate over the trials; the first kill of each trial cycles through the fault points in
 seeded order, and each resume is killed again with probability --resume-kill. Prints a line per
 trial and the tables docs/reliability.md quotes; exits 1 at the first trial that fails its checks.
-Needs the repository checkout (it imports the tests' helpers) and Linux (/proc).
+Needs Linux (/proc).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tests.training._kills import METHODS, Trial, run_trials, table  # noqa: E402
+from megatron_scale.testing.kills import METHODS, Trial, run_trials, table
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale import faults
+from megatron_scale import hooks
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.state import tree_map
@@ -233,7 +233,7 @@ def save_run(
     _drop_uncommitted(save, iteration)
     path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method)
     if dist.get_rank() == 0:
-        faults.point("save-before-marker", checkpoint=path.name)
+        hooks.point("save-before-marker", checkpoint=path.name)
         tmp = Path(save) / (MARKER + ".tmp")
         tmp.write_text(f"{iteration}\n")
         os.replace(tmp, Path(save) / MARKER)
@@ -262,7 +262,7 @@ def load_run(
         }
 
     loaded = load_checkpoint(model, path, extra, records=records, method=method)
-    faults.point("load", checkpoint=path.name)
+    hooks.point("load", checkpoint=path.name)
     if TRAIN_STATE not in loaded:
         raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters

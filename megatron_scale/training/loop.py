@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale import faults
+from megatron_scale import hooks
 from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
@@ -70,7 +70,7 @@ class Run:
 def _forward_step(data: Any, model: Any) -> tuple[torch.Tensor, Any]:
     b = next(data)
     out = model(b["tokens"], b["position_ids"], b["attention_mask"], labels=b["labels"])
-    faults.point("forward")
+    hooks.point("forward")
     mask = b["loss_mask"].float()
 
     def loss_func(per_token: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -135,7 +135,7 @@ def setup(config: TrainConfig) -> Run:
     )
     optimizer = build_optimizer(o, ddp, bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
                                 distributed=par.use_distributed_optimizer)
-    faults.inside_optimizer_step(optimizer)
+    hooks.optimizer_built(optimizer)
     scheduler = build_scheduler(o, optimizer, train_iters=s.train_iters, global_batch_size=s.global_batch_size)
     gb = s.global_batch_size
     model.config.finalize_model_grads_func = mc.finalize_model_grads

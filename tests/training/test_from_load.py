@@ -9,7 +9,7 @@ sizes. Then, with no architecture and no --scale-* flag:
   weights read), naming the flag, in one line; through torchrun the entry prints that one line
   and exits 2.
 Resuming and starting from a trained checkpoint with only run flags is covered by every --load
-run of tests/training/test_train_entry.py (tests/training/_runs.py drops the model flags there).
+run of tests/training/test_train_entry.py (megatron_scale/testing/runs.py drops the model flags there).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.convert import _hf
-from tests.training._runs import RUN, command, losses, make_dataset, train
+from megatron_scale.testing.runs import RUN, command, losses, make_dataset, train
 
 pytestmark = pytest.mark.dist
 UPSCALED = {"hidden_up": 8, "heads_up": 4, "groups_up": 2, "ffn_up": 16}

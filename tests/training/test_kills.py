@@ -1,4 +1,4 @@
-"""Kills at any moment, for every method (tests/training/_kills.py has the harness and what it
+"""Kills at any moment, for every method (megatron_scale/testing/kills.py has the harness and what it
 checks): one trial per method, SCALE-Preserve, SCALE-Adapt, SCALE-Route, full, freeze, LLaMA-Pro
 and LoRA, each launched as users launch it (torchrun -m megatron_scale.train) and SIGKILLed
 whole - torchrun's agent and every rank - at a seeded fault point; the first kills cover every
@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from tests.training._kills import METHODS, POINTS, SETUPS, run_trials, table
+from megatron_scale.testing.kills import METHODS, POINTS, SETUPS, run_trials, table
 
 pytestmark = pytest.mark.dist
 

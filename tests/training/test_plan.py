@@ -22,7 +22,7 @@ import pytest
 from megatron_scale.training.config import data_blend, eval_sets, parse
 from megatron_scale.training.plan import plan
 from tests._dist import run_ranks
-from tests.training._runs import MODEL, RUN, make_dataset
+from megatron_scale.testing.runs import MODEL, RUN, make_dataset
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from tests._dist import run_ranks
-from tests.training._runs import RUN, losses, make_dataset, train
+from megatron_scale.testing.runs import RUN, losses, make_dataset, train
 
 pytestmark = pytest.mark.dist
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import _unit_vocab
-from tests.training._runs import MODEL, VOCAB, make_dataset
+from megatron_scale.testing.runs import MODEL, VOCAB, make_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.dist

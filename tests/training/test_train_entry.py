@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from tests._dist import run_ranks
-from tests.training._runs import MODEL, RUN, command, losses, make_dataset, records, train
+from megatron_scale.testing.runs import MODEL, RUN, command, losses, make_dataset, records, train
 
 ITERS = 10
 pytestmark = pytest.mark.dist

@@ -4,7 +4,7 @@ on disk (again and again if a resume is killed too), and hold the result to the 
 A trial, for one method:
   1. the uninterrupted reference run (once per method, shared by its trials) saves every
      SAVE_EVERY iterations and counts how often each rank reaches each fault point
-     (megatron_scale/faults.py, MEGATRON_SCALE_FAULT_COUNT);
+     (megatron_scale/testing/faults.py, MEGATRON_SCALE_FAULT_COUNT);
   2. a seeded draw picks (point, k, rank) with k within those counts; the launch runs with
      MEGATRON_SCALE_FAULT=point:k@rank and the firing rank SIGKILLs torchrun's agent, every worker
      and itself, logging where it was (MEGATRON_SCALE_FAULT_LOG);
@@ -37,7 +37,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
-from tests.training._runs import command, make_dataset, records
+from megatron_scale.testing.runs import command, make_dataset, records
 
 ITERS, SAVE_EVERY = 6, 2
 MARKER = "latest_checkpointed_iteration.txt"

@@ -1,5 +1,8 @@
 """Named fault points for the kill tests: inert unless the environment arms one.
 
+Production code reaches them only through megatron_scale/hooks.py (point, optimizer_built,
+checkpoint_writes), which imports this module only when one of these variables is set:
+
     MEGATRON_SCALE_FAULT=<point>:<k>[@<rank>]   at the k-th time global rank <rank> (default 0)
                                                 reaches <point>, SIGKILL the whole launch
     MEGATRON_SCALE_FAULT_LOG=<file>             the firing rank first appends one JSON line here:
@@ -7,13 +10,15 @@
     MEGATRON_SCALE_FAULT_COUNT=<dir>            count every point's hits; each rank writes
                                                 <dir>/rank<r>.json at exit (what k can be)
 
-The points, in the order a run reaches them:
+The points, in the order a run reaches them (hooks.point calls in the modules named):
     load                a resume has read its checkpoint and is restoring it (training/checkpointing.py)
     forward             a microbatch's forward has run, its backward not yet (training/loop.py)
     optimizer-step      inside the optimizer step: torch's optimizer has updated the parameters
                         (or the main copies), megatron-core has not finished the step
+                        (hooks.optimizer_built, training/loop.py)
     save-data           one more tensor written into this rank's shard file of `iter_N.partial`
-                        (the file is incomplete until the last one; checkpoint.py)
+                        (the file is incomplete until the last one; hooks.checkpoint_writes,
+                        checkpoint.py)
     save-before-rename  every rank's data is written, `iter_N.partial` not yet renamed (rank 0)
     save-before-marker  `iter_N` complete, `latest_checkpointed_iteration.txt` not yet naming it
                         (rank 0; training/checkpointing.py)

@@ -1,4 +1,5 @@
-"""Tiny datasets and torchrun invocations of the real training entry."""
+"""Tiny datasets and torchrun invocations of the real training entry (the tests' end-to-end runs
+and the kill harness, kills.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The device audit: on the CPU backend, catch the tensor a GPU run would find on the wrong device.
 
+Test machinery: it patches torch process-wide (enable), so it lives here, switched on only through
+megatron_scale/hooks.py device_audit, which the CPU backend calls when it is enabled.
+
 The CPU backend (cpu_backend.py) runs megatron-core on the CPU by mapping every CUDA request to
 the CPU. Left alone, that hides device bugs: a batch never moved to the GPU, or a collective's
 buffer left on the host, works on the CPU and crashes on the first GPU step. The audit keeps the
@@ -7,8 +10,8 @@ distinction the mapping erases. Every tensor made while it is on is tagged with 
 *placed* it:
 
     run's device   the run's device was named: a CUDA device (device="cuda", .cuda(), .to(device),
-                   torch.cuda.current_device()) or the CPU backend's stand-in for it, EMULATED
-                   (cpu:0, what init_distributed returns there), or the .device of such a tensor
+                   torch.cuda.current_device()) or the CPU backend's stand-in for it
+                   (cpu_backend.DEVICE, cpu:0, what init_distributed returns there), or the .device of such a tensor
     host           no device was named (torch.tensor(...), torch.zeros(n), torch.from_numpy, a
                    numpy batch stacked), or the host was: "cpu", .cpu(), .pin_memory()
 
@@ -34,27 +37,22 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-ENV = "MEGATRON_SCALE_DEVICE_AUDIT"
 _TAG = "_megatron_scale_placed"
 DEVICE = "the run's device"
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_OWN = {__file__, os.path.join(os.path.dirname(__file__), "cpu_backend.py")}
+_OWN = {__file__, os.path.join(os.path.dirname(os.path.dirname(__file__)), "cpu_backend.py")}
 _COLLECTIVES = (
     "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "send", "recv",
     "_all_gather_base", "_reduce_scatter_base",
 )  # not isend/irecv: torch's P2POp accepts only the originals (megatron's pipeline uses those)
-EMULATED = torch.device("cpu", 0)  # the run's device on the CPU backend: a CPU, named apart from "cpu"
+_emulated: torch.device | None = None  # the CPU backend's stand-in for the run's device (enable)
 _host_groups: set[int] = set()
 _enabled = False
 
 
 class DeviceAuditError(RuntimeError):
     """A host tensor met the run's device: this code would fail on a GPU."""
-
-
-def audit_requested() -> bool:
-    return os.environ.get(ENV, "1") != "0"
 
 
 def placement(t: torch.Tensor) -> str | None:
@@ -180,7 +178,7 @@ def audited_call(func: Callable, args: tuple, kwargs: dict, call: Callable[[], A
             # .device of a tensor on the run's device names the run's device, so that
             # torch.zeros(..., device=t.device) lands where t is
             if placement(args[0]) is DEVICE and args[0].device.type == "cpu":
-                return EMULATED
+                return _emulated
         out = call()
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
             tag = placement(args[0])
@@ -293,13 +291,15 @@ _orig_parameter_new = torch.nn.Parameter.__new__
 _orig_new_group = dist.new_group
 
 
-def enable() -> None:
+def enable(emulated: torch.device) -> None:
     """Install the audit's hooks (from_numpy, Parameter, new_group, the collectives, pickling
-    without the tag). Idempotent.
+    without the tag) for a CPU backend whose stand-in for the run's device is `emulated` (a CPU
+    named apart from "cpu"). Idempotent.
     The per-call checks run inside the CPU backend's torch-function mode (audited_call)."""
-    global _enabled
+    global _enabled, _emulated
     if _enabled:
         return
+    _emulated = emulated
     torch.from_numpy = _from_numpy  # type: ignore[assignment]
     torch.Tensor.__getstate__ = _getstate  # type: ignore[method-assign,assignment]
     torch.nn.Parameter.__new__ = staticmethod(_parameter_new)  # type: ignore[method-assign,assignment]
