@@ -38,7 +38,7 @@ def test_kills_at_any_moment_resume_bitwise_for_every_method(tmp_path_factory: p
 
 
 def test_a_fault_spec_is_read_or_refused_naming_the_variable() -> None:
-    from megatron_scale.faults import parse
+    from megatron_scale.testing.faults import parse
 
     assert parse("save-data:7@1") == ("save-data", 7, 1)
     assert parse("forward:3") == ("forward", 3, 0)
