@@ -5,7 +5,7 @@ pybind11 is a build requirement: listed in setup_requires, which setuptools' PEP
 to pip as a dynamic build requirement, so an isolated build (pip install ., pip install -e .) gets
 it. The first pass of that backend runs this file before pybind11 exists, hence the guarded
 import. The extension is optional: where no C++17 compiler is found the install still succeeds and
-the package uses the twins (route_sums.py says so once, at first use)."""
+the package uses the twins (route_stats/sums.py says so once, at first use)."""
 
 from setuptools import setup
 

@@ -4,7 +4,7 @@
 //     out[0, t] = sum_v z_p[t, v] * z_a[t, v]      out[1, t] = sum_v z_p[t, v]^2
 //     out[2, t] = sum_v z_a[t, v]^2                 (fp32 accumulation, fp32 or bf16 inputs)
 //
-// The PyTorch twin is megatron_scale.model.routing.route_statistics_torch; the Python wrapper
+// The PyTorch twin is megatron_scale.route_stats.sums.route_statistics_torch; the Python wrapper
 // (routing.py) checks devices, dtypes and layouts and passes raw pointers, so this file needs
 // pybind11 only, not libtorch. Rows are split over `threads` std::threads (no OpenMP runtime next
 // to torch's); the GIL is released while they run.

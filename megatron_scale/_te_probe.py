@@ -6,7 +6,7 @@ AssertionError, RuntimeError or OSError on import, not only ImportError. megatro
 at module import and catches only ImportError, so such a TE would break every megatron-core
 import. `hide_broken_te` (run by _mcore.py before it imports megatron.core) makes such a TE look
 absent to megatron-core, which then takes its no-TE paths; the reason stays in `te_status()`, and
-every flag and test that needs TE reports it (model/te.py, tests/conftest.py).
+every flag and test that needs TE reports it (model/layers/te.py, tests/conftest.py).
 """
 
 from __future__ import annotations

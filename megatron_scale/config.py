@@ -33,7 +33,7 @@ ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 ROUTER_DIRECTIONS = ("above", "below")
 # What one routing decision covers: every token (the paper's), or all the tokens of one UTF-8
 # character or of one whitespace-delimited word, which take their unit's first token's decision
-# (model/route_units.py; issue 35: a byte-level tokenizer splits a Hangul syllable into byte tokens).
+# (model/layers/route_units.py; issue 35: a byte-level tokenizer splits a Hangul syllable into byte tokens).
 ROUTER_UNITS = ("token", "char", "word")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
@@ -88,7 +88,7 @@ class ScaleConfig:
     """route: emit the preservation head where the router statistic >= tau (a default: evaluation
     and export take an override)."""
     router_statistic: str = field(default="cosine", metadata=flag("--scale-router-statistic", choices=ROUTER_STATISTICS))
-    """route: the per-token statistic the router compares with tau (model/router_stats.py):
+    """route: the per-token statistic the router compares with tau (route_stats/statistics.py):
     cosine (the paper's, cos(z_p, z_a)) | centered-cosine | max-prob | certainty."""
     router_direction: str = field(default="above", metadata=flag("--scale-router-direction", choices=ROUTER_DIRECTIONS))
     """route: which side of tau keeps the preservation head: above (statistic >= tau, the paper's)

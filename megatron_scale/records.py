@@ -3,7 +3,7 @@
 megatron-core's torch_dist format has a common (non-sharded) state; megatron-scale keeps there
     model_args            the architecture (LlamaArgs.to_json: Megatron-LM's flag names), written by
                           conversion, upscaling and training runs
-    scale.frozen_digest   digest of the frozen tensors (model/digest.py), verified at every load
+    scale.frozen_digest   digest of the frozen tensors (model/weights/digest.py), verified at every load
     scale.dims            the SCALE geometry, ScaleDims.to_record() (None for a plain GPT model)
     scale.lora            LoRA rank and alpha (absent without adapters)
     train_state           iteration, consumed samples, LR scheduler, Adam step (training runs)

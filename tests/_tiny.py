@@ -21,9 +21,9 @@ from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfig
 from megatron_scale.convert.keymap import megatron_shapes
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.builder import build_scale_gpt
-from megatron_scale.model.spec import llama_block_spec
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.build import build_scale_gpt
+from megatron_scale.model.layers.spec import llama_block_spec
+from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.upscale import load_upscaled
 
 VOCAB = 96

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.model.te import te_available, te_reason
+from megatron_scale.model.layers.te import te_available, te_reason
 
 
 def requires_gpus(n: int = 1):  # noqa: ANN201 (a decorator)

@@ -38,7 +38,7 @@ def _trained_state(seed: int = 11) -> dict[str, torch.Tensor]:
 
 def _build(tp: int, **scale_overrides: Any) -> Any:
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.builder import build_scale_gpt
+    from megatron_scale.model.build import build_scale_gpt
 
     return build_scale_gpt(
         _tiny.base_config(tp), ScaleConfig(**{**SCALE, **scale_overrides}), vocab_size=_tiny.VOCAB,
@@ -95,7 +95,7 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
 
     from megatron_scale.checkpoint import CheckpointError
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
 
     res: dict[str, Any] = {}
     root = Path(tmp)

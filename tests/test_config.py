@@ -85,7 +85,7 @@ def test_unsupported_base_is_named(overrides: dict, named: str) -> None:
 
 def test_refused_before_any_model_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron_scale import _mcore as mc
-    from megatron_scale.model import builder
+    from megatron_scale.model import build as builder
 
     def built(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a model was built")
@@ -186,7 +186,7 @@ def test_record_round_trip(settings: dict) -> None:
 
 
 def test_recorded_geometry_is_checked_against_its_base() -> None:
-    from megatron_scale.model.builder import build_scale_gpt
+    from megatron_scale.model.build import build_scale_gpt
 
     dims = ScaleConfig().resolve(_base(), 1)
     dims.check_base(_base(), 1)

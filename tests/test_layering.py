@@ -1,6 +1,10 @@
 """House rules that keep the codebase changeable, checked on the source itself:
-- model code (megatron_scale.model, .upscale) imports nothing from training, data, the methods or
-  tools; the methods (megatron_scale.methods) nothing from training, data, conversion or tools;
+- model code (megatron_scale.model and its subpackages, .upscale, .route_stats) imports nothing
+  from training, data, the methods or tools; the methods (megatron_scale.methods) nothing from
+  training, data, conversion or tools;
+- model/ by role: the layers (model/layers/) never import the builder (model/build.py) nor the
+  checkpoint state's digest; the checkpoint keys and state (model/weights/) import no layer and no
+  builder; the route statistics (route_stats/) import no model code and no route sweep (route_eval/);
 - every megatron.core import goes through megatron_scale/_mcore.py;
 - only megatron_scale/distributed.py knows about the CPU backend;
 - importing the package patches nothing (no import-time side effects on torch.cuda);
@@ -45,8 +49,9 @@ def test_megatron_core_only_through_the_gateway() -> None:
 def test_model_code_never_imports_training_code() -> None:
     forbidden = ("megatron_scale.training", "megatron_scale.train", "megatron_scale.data", "megatron_scale.methods",
                  "tools")
-    model_files = [p for p in _sources() if p.parent.name in ("model", "upscale")]
-    assert model_files
+    roots = [PKG / "model", PKG / "upscale", PKG / "route_stats"]
+    model_files = [p for p in _sources() if any(r in p.parents for r in roots)]
+    assert len(model_files) > 20 and any(PKG / "model" / "layers" in p.parents for p in model_files)
     offenders = {
         str(p.relative_to(PKG)): sorted(n for n in _imports(p) if n.startswith(forbidden))
         for p in model_files
@@ -63,6 +68,36 @@ def test_methods_sit_between_the_model_and_training() -> None:
     assert len(files) >= 6
     offenders = {str(p.relative_to(PKG)): sorted(n for n in _imports(p) if n.startswith(forbidden)) for p in files}
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def _package_imports(under: Path) -> dict[str, set[str]]:
+    files = [p for p in _sources() if under in p.parents]
+    assert files, under
+    return {str(p.relative_to(PKG)): {n for n in _imports(p) if n.startswith("megatron_scale")} for p in files}
+
+
+def test_model_code_is_split_by_role() -> None:
+    """Layers (model/layers/: megatron-core modules and specs) sit below the builder
+    (model/build.py) and beside the checkpoint keys and state (model/weights/), whose only
+    dependency on the rest of the package is the process group they reduce over; the route
+    statistics (route_stats/) are pure functions the router and the route sweeps share."""
+    rules = {
+        PKG / "model" / "layers": ("megatron_scale.model.build", "megatron_scale.model.weights.digest",
+                                   "megatron_scale.methods", "megatron_scale.route_eval"),
+        PKG / "model" / "weights": ("megatron_scale.model.layers", "megatron_scale.model.build",
+                                    "megatron_scale.model.args", "megatron_scale.methods"),
+        PKG / "route_stats": ("megatron_scale.model", "megatron_scale.route_eval", "megatron_scale.methods",
+                              "megatron_scale.config"),
+    }
+    offenders = {}
+    for under, forbidden in rules.items():
+        for name, deps in _package_imports(under).items():
+            bad = sorted(d for d in deps if d.startswith(forbidden))
+            if bad:
+                offenders[name] = bad
+    assert offenders == {}
+    top = sorted(p.name for p in (PKG / "model").glob("*.py"))
+    assert top == ["__init__.py", "args.py", "build.py", "flops.py", "inputs.py"]
 
 
 def test_no_isinstance_dispatch_on_methods() -> None:
@@ -126,7 +161,7 @@ def test_a_run_that_arms_nothing_never_loads_the_test_machinery() -> None:
 def test_import_has_no_side_effects() -> None:
     code = (
         "import torch; before = (torch.cuda.current_device, torch.cuda.synchronize);"
-        "import megatron_scale.model.builder, megatron_scale.upscale, megatron_scale.checkpoint,"
+        "import megatron_scale.model.build, megatron_scale.upscale, megatron_scale.checkpoint,"
         " megatron_scale.distributed, megatron_scale.cpu_backend;"
         "import sys; assert (torch.cuda.current_device, torch.cuda.synchronize) == before;"
         "bad = [m for m in sys.modules if m.startswith(('megatron_scale.training', 'megatron_scale.data'))];"

@@ -48,7 +48,7 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
     Freeze and LLaMA-Pro recorded as the plain model they are."""
     from megatron_scale import _mcore as mc
     from megatron_scale.methods import Freeze, Full, LlamaPro, Lora, Scale, recorded_method
-    from megatron_scale.model.lora import LoraSettings
+    from megatron_scale.model.layers.lora import LoraSettings
     from megatron_scale.records import scale_record
 
     dims = _dims()
@@ -76,7 +76,7 @@ def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path)
 
     from megatron_scale.checkpoint import CheckpointError, check_method_record
     from megatron_scale.methods import Full, Lora, Scale
-    from megatron_scale.model.lora import LoraSettings
+    from megatron_scale.model.layers.lora import LoraSettings
     from megatron_scale.records import CheckpointRecords
 
     dims = _dims()

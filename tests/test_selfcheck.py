@@ -11,7 +11,7 @@ import torch
 
 from megatron_scale import selfcheck
 from megatron_scale._mcore import MCORE_VERSION
-from megatron_scale.model.te import te_available
+from megatron_scale.model.layers.te import te_available
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -239,7 +239,7 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
 def _route_bench(a: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
-    from megatron_scale.model.routing import extension, route_statistics_cpp, route_statistics_torch
+    from megatron_scale.route_stats.sums import extension, route_statistics_cpp, route_statistics_torch
 
     if extension() is None:
         raise SystemExit("bench_scale --route: megatron_scale._C is not built (pip install -e .)")
@@ -301,7 +301,7 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
 
 def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Flag combinations that cannot run stop here, naming the flag (the training entry's check)."""
-    from megatron_scale.model.te import check_te_flags
+    from megatron_scale.model.layers.te import check_te_flags
 
     try:
         check_te_flags(a.transformer_impl, a.fp8_format, a.fp8_recipe, a.bf16, a.device)

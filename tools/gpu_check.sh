@@ -88,7 +88,7 @@ status=0
 "$PY" -m pytest -q -p no:cacheprovider -m "gpu or te" -rs tests 2>&1 | tee "$OUT/pytest.log" || status=1
 
 if [ "$BENCH" = 1 ]; then
-  have_te=$("$PY" -c 'from megatron_scale.model.te import te_available; print(int(te_available()))')
+  have_te=$("$PY" -c 'from megatron_scale.model.layers.te import te_available; print(int(te_available()))')
   runs=("local_bf16:--bf16 --peak-tflops 989")
   if [ "$have_te" = 1 ]; then
     runs+=("te_bf16:--bf16 --transformer-impl transformer_engine --peak-tflops 989"

@@ -26,7 +26,7 @@ import sys
 import warnings
 
 from megatron_scale.cli import name_value, run_tool
-from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_stats.statistics import STATISTICS
 
 
 def parser() -> argparse.ArgumentParser:

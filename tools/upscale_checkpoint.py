@@ -9,7 +9,7 @@ Sizes default to a quarter of the base (d/4, h/4, f/4; g' keeps the GQA ratio), 
 no whole number of KV groups divisible by TP, the nearest geometry that is (the summary's
 `scale_dims` says what was picked). Run as a plain
 process it starts the TP x PP ranks itself; under torchrun it uses the ranks it is given.
-All the work is in megatron_scale.convert.upscale.
+All the work is in megatron_scale.convert.offline_upscale.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ import torch
 
 from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer
-from megatron_scale.model.builder import output_layers
+from megatron_scale.model.layers.heads import output_layers
 from megatron_scale.model.inputs import causal_mask, position_ids
-from megatron_scale.model.route_record import token_records
-from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_stats.token_records import token_records
+from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.collect import capturing
 from megatron_scale.route_eval.curves import metric_at
 
@@ -122,7 +122,7 @@ def expansion_effect(model: Any, items: Sequence[Probe], batch_size: int = 64) -
 
 
 def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
-    """Per-token records (model/route_record.py) at each prompt's last position, from one pass:
+    """Per-token records (route_stats/token_records.py) at each prompt's last position, from one pass:
     every router statistic, and whether z_p / z_a put the answer's first token on top."""
     was_training = model.training
     model.eval()

@@ -117,7 +117,7 @@ def base_config(s: Settings, tokenizer: str) -> TrainConfig:
 
 
 def method_config(s: Settings, method: str) -> MethodConfig:
-    m = MethodConfig(method=method)
+    m = MethodConfig(name=method)
     if method == "freeze":
         m.freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
     if method.startswith("scale-"):
@@ -265,7 +265,7 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
              f"vocab {tok.vocab_size}, {time.monotonic() - t0:.1f}s")
 
     base = base_config(s, os.path.join(data, "tokenizer"))
-    full = MethodConfig(method="full")
+    full = MethodConfig(name="full")
     ckpt = os.path.join(out_dir, "checkpoints")
     stages = os.path.join(out_dir, "stages")
     os.makedirs(stages, exist_ok=True)

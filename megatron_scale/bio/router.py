@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval import analysis
 
 GOAL_TASK0, GOAL_TASK1 = 0.90, 0.50

@@ -1,13 +1,13 @@
-"""The Hugging Face Llama <-> megatron-core key map, from the one key table (model/keys.py).
+"""The Hugging Face Llama <-> megatron-core key map, from the one key table (model/weights/keys.py).
 
 megatron-core checkpoint keys are global and stack the layers on a leading axis
 (`decoder.layers.<name>` [L, ...]); HF keys are per layer (`model.layers.<i>.<name>`). The table,
-with how each megatron-core tensor is made of its HF tensors, is `model/keys.py:BASE`.
+with how each megatron-core tensor is made of its HF tensors, is `model/weights/keys.py:BASE`.
 
 The norms: megatron-core's local spec builds `input_layernorm` / `pre_mlp_layernorm` modules
 but maps them to the `linear_qkv.layer_norm_` / `linear_fc1.layer_norm_` checkpoint keys (its
 sharded_state_dict_keys_map), the keys the TE spec uses too; checkpoints only ever see those.
-linear_qkv is interleaved per query group (model/layout.py).
+linear_qkv is interleaved per query group (model/weights/layout.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.keys import BASE, HF_LAYER, LAYERS, OUTPUT, Entry
-from megatron_scale.model.layout import merge_qkv, split_gate_up, split_qkv
+from megatron_scale.model.weights.keys import BASE, HF_LAYER, LAYERS, OUTPUT, Entry
+from megatron_scale.model.weights.layout import merge_qkv, split_gate_up, split_qkv
 
 __all__ = ["HF_LAYER", "LAYERS", "Entry", "hf_names", "hf_shapes", "hf_to_megatron", "megatron_shapes",
            "megatron_to_hf", "split", "table", "to_hf", "to_megatron"]

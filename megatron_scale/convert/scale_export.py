@@ -38,7 +38,7 @@ from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD
 from megatron_scale.convert.megatron_io import MegatronReader
 from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
 from megatron_scale.model.args import DTYPES, LlamaArgs
-from megatron_scale.model.keys import HF_LAYER, LINEARS, UPS, W12, W21, W22, w12_layer
+from megatron_scale.model.weights.keys import HF_LAYER, LINEARS, UPS, W12, W21, W22, w12_layer
 
 MODELING = Path(__file__).parent / "hf_modeling"
 FILES = ("configuration_scale_llama.py", "modeling_scale_llama.py")

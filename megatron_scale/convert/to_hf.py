@@ -108,7 +108,7 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
 
 def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
                preserve_head_only: bool) -> torch.Tensor | None:
-    """The token codes (model/route_units.py; config.json's scale_router_unit_codes, in base64)
+    """The token codes (model/layers/route_units.py; config.json's scale_router_unit_codes, in base64)
     for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
     where nothing routes or the tokenizer is not byte-level and the unit is token."""
     if dims is None or dims.variant != "route" or preserve_head_only:
@@ -119,7 +119,7 @@ def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, voca
             raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
                                   "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
         return None
-    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.model.layers.route_units import piece_codes
     from megatron_scale.route_eval.units import token_bytes
 
     try:

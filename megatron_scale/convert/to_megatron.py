@@ -31,7 +31,7 @@ from megatron_scale.convert.hf_config import ConversionError, check_parallel, re
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
 from megatron_scale.methods import Full
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.records import MODEL_ARGS
 
 # HF tensors that carry no weights megatron-core needs (recomputed buffers).

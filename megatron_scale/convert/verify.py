@@ -25,9 +25,9 @@ from megatron_scale.model.build import build_model
 from megatron_scale.methods import recorded_method
 from megatron_scale.convert.megatron_io import MegatronReader
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.builder import output_head, set_unit_codes
+from megatron_scale.model.layers.heads import output_head, set_unit_codes
 from megatron_scale.model.inputs import causal_mask, position_ids
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.weights.state import load_global_state_dict
 
 
 def sample_tokens(vocab: int, batch: int = 2, seq: int = 24, seed: int = 0) -> torch.Tensor:

@@ -83,7 +83,7 @@ def open_binary(path: str) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def read_records(path: str, *, keys: list[str], text_unit: str = "file") -> Iterator[Record]:
+def read_documents(path: str, *, keys: list[str], text_unit: str = "file") -> Iterator[Record]:
     fmt = input_format(path)
     if fmt == "parquet":
         yield from _parquet_records(path, keys)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from megatron_scale.data.files import Record, expand_inputs, read_records
+from megatron_scale.data.files import Record, expand_inputs, read_documents
 from megatron_scale.data.work import BAD_INPUT, DUPLICATE, Doc, Settings, Skip, Worker, init_worker, work_chunk
 
 
@@ -116,7 +116,7 @@ def preprocess(
     outs = {k: _Output(output_prefix(output_prefix_, k, settings.split_sentences), vocab_size) for k in settings.keys}
     summary = {k: KeySummary(o.prefix) for k, o in outs.items()}
     seen: dict[str, set[bytes]] = {k: set() for k in settings.keys}
-    records = (r for f in files for r in read_records(f, keys=list(settings.keys), text_unit=text_unit))
+    records = (r for f in files for r in read_documents(f, keys=list(settings.keys), text_unit=text_unit))
     start, n_records = time.perf_counter(), 0
     pool = mp.get_context("spawn").Pool(workers, init_worker, (settings,)) if workers > 1 else None
     if pool is None:

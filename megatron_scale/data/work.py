@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from megatron_scale.data.files import Record, expand_inputs, read_records
+from megatron_scale.data.files import Record, expand_inputs, read_documents
 from megatron_scale.data.sentences import splitter
 from megatron_scale.data.tokenizer import Tokenizer, TokenizerSpec
 
@@ -110,7 +110,7 @@ def record_texts(rec: Record, keys: tuple[str, ...]) -> list[str | Skip]:
 def corpus_texts(inputs: list[str], *, keys: tuple[str, ...] = ("text",), text_unit: str = "file") -> Iterator[str]:
     """Every readable text of the inputs, NFC-normalised (bad records left out): for tokenizer training."""
     for path in expand_inputs(inputs):
-        for rec in read_records(path, keys=list(keys), text_unit=text_unit):
+        for rec in read_documents(path, keys=list(keys), text_unit=text_unit):
             for t in record_texts(rec, keys):
                 if isinstance(t, str) and t.strip():
                     yield unicodedata.normalize("NFC", t)

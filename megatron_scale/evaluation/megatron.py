@@ -27,7 +27,7 @@ import torch.distributed as dist
 from megatron_scale import _mcore as mc
 from megatron_scale.evaluation.benchmarks import Scorer
 from megatron_scale.evaluation.job import Job
-from megatron_scale.model.heads import HEADS
+from megatron_scale.model.layers.heads import HEADS
 
 
 def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
@@ -100,7 +100,7 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from megatron_scale.model.builder import output_head
+    from megatron_scale.model.layers.heads import output_head
 
     if threads:
         torch.set_num_threads(threads)

@@ -27,8 +27,8 @@ import torch
 from megatron_scale import _mcore as mc
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
-from megatron_scale.model.lora import is_lora_key
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.layers.lora import is_lora_key
+from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.config import ScaleDims
 from megatron_scale.records import CheckpointRecords
 

@@ -1,5 +1,5 @@
 """LoRA (Hu et al., 2022) on the four linears of every layer; only the adapters train
-(model/lora.py holds the layers)."""
+(model/layers/lora.py holds the layers)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from megatron_scale.flags import flag
 from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
-from megatron_scale.model.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.layers.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
+from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.records import CheckpointRecords
 
 DEFAULTS = LoraSettings()

@@ -14,7 +14,7 @@ from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
-from megatron_scale.model.lora import is_lora_key
+from megatron_scale.model.layers.lora import is_lora_key
 from megatron_scale.records import CheckpointRecords
 from megatron_scale.upscale import load_upscaled
 

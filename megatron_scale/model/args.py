@@ -123,7 +123,7 @@ class LlamaArgs:
     ) -> Any:
         """megatron-core TransformerConfig of this model at TP/PP: no dropout; `initialize=False`
         skips the random init a converter or a checkpoint load overwrites anyway; `num_layers`
-        overrides the record's (LLaMA-Pro's grown model); `fp8`: model/te.py fp8_config."""
+        overrides the record's (LLaMA-Pro's grown model); `fp8`: model/layers/te.py fp8_config."""
         dtype = self.torch_dtype
         return mc.TransformerConfig(
             num_layers=num_layers or self.num_layers, hidden_size=self.hidden_size,

@@ -7,6 +7,13 @@ the model `method` trains, with fresh weights: random, or zero where SCALE and L
 zeros. A checkpoint or an upscaled base fills them afterwards. The method (megatron_scale/methods/)
 builds it: build_model makes the TransformerConfig at the method's layer count and hands over;
 `build_gpt` and `build_scale` are the two models a method builds on.
+
+The SCALE model is megatron-core's GPTModel at the widened sizes (ScaleGPTModel), built from the
+SCALE layer spec, with its word embedding and output layer replaced by the two-table versions
+(heads.py); `build_scale_gpt` builds it from a base TransformerConfig and a ScaleConfig or a
+recorded ScaleDims, every SCALE setting checked before any module exists. Fresh from the builder
+the base blocks hold random values and every block that touches the base path is zero;
+`upscale.load_upscaled` fills them.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleDims
+from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.builder import build_scale_gpt
-from megatron_scale.model.spec import llama_block_spec, llama_te_block_spec, te_backend
-from megatron_scale.model.te import apex_wgrad_kernel, fp8_config
+from megatron_scale.model.layers.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
+from megatron_scale.model.layers.spec import (
+    LOCAL, ScaleBackend, get_scale_block_spec, llama_block_spec, llama_te_block_spec, te_backend,
+)
+from megatron_scale.model.layers.te import apex_wgrad_kernel, fp8_config
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -47,7 +56,7 @@ class Kernels:
     gradient_accumulation_fusion: bool = False
     """Weight gradients accumulate straight into the fp32 main_grad buffers: in SCALE's TE linears
     through TE alone; megatron-core's own linears too where apex's kernel is installed
-    (model/te.py apex_wgrad_kernel); other methods need that kernel."""
+    (model/layers/te.py apex_wgrad_kernel); other methods need that kernel."""
     initialize: bool = False
     """Random init of the base weights (off where a checkpoint overwrites them anyway)."""
     init_method_std: float = 0.02
@@ -108,3 +117,93 @@ def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) ->
     tied = kwargs.pop("share_embeddings_and_output_weights")
     extra = {"backend": te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion)} if kernels.te else {}
     return build_scale_gpt(cfg, dims, tied_embeddings=tied, **extra, **kwargs)
+
+
+
+
+class ScaleGPTModel(mc.GPTModel):
+    """megatron-core GPTModel at the widened sizes; `scale_dims` holds the geometry."""
+
+    def __init__(
+        self,
+        dims: ScaleDims,
+        config: Any,
+        block_spec: Any,
+        *,
+        vocab_size: int,
+        max_sequence_length: int,
+        tied_embeddings: bool,
+        **gpt_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            config,
+            block_spec,
+            vocab_size,
+            max_sequence_length,
+            share_embeddings_and_output_weights=tied_embeddings,
+            **gpt_kwargs,
+        )
+        self.scale_dims = dims
+        tp_group = self.pg_collection.tp
+        if self.pre_process:
+            old = self.embedding.word_embeddings
+            self.embedding.word_embeddings = ScaleVocabParallelEmbedding(
+                vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
+                reduce_scatter_embeddings=old.reduce_scatter_embeddings,
+            )
+            self.embedding.word_embeddings.weight.is_embedding_or_output_parameter = True
+        if self.post_process:
+            self.output_layer = ScaleOutputLayer(
+                vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
+                # A last stage without the embedding holds its own frozen copy of E; megatron-core
+                # keys it to the embedding's checkpoint entry (a replica) and skips its all-reduce,
+                # as it has no gradient.
+                tied=tied_embeddings and self.pre_process,
+                gather_output=not self.parallel_output, tau=dims.router_tau,
+                routed=dims.routed, statistic=dims.router_statistic, direction=dims.router_direction,
+                unit=dims.router_unit,
+            )
+
+    def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,
+                labels: Any = None, *args: Any, route_labels: Any = None, **kwargs: Any) -> Any:
+        """GPTModel.forward; the labels also reach the output layer, whose router decides per
+        character or word of the predicted tokens when its unit says so (route_units.py).
+        `route_labels`: the tokens predicted, for the router only (the logits are returned)."""
+        if self.post_process:
+            self.output_layer.unit_labels = labels if route_labels is None else route_labels
+        try:
+            return super().forward(input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs)
+        finally:
+            if self.post_process:
+                self.output_layer.unit_labels = None
+
+
+def build_scale_gpt(
+    base_config: Any,
+    scale: ScaleConfig | ScaleDims,
+    *,
+    vocab_size: int,
+    max_sequence_length: int,
+    tied_embeddings: bool = False,
+    backend: ScaleBackend = LOCAL,
+    vp_stage: int | None = None,
+    pp_rank: int | None = None,
+    **gpt_kwargs: Any,
+) -> ScaleGPTModel:
+    """Build the SCALE model for this rank's TP partition and pipeline stage.
+
+    `scale`: the settings, resolved here against `base_config`, or a resolved geometry (a
+    checkpoint's, `ScaleDims.from_record`), checked against it. `gpt_kwargs` go to GPTModel
+    (position_embedding_type, rotary_base, pre_process, ...)."""
+    tp = base_config.tensor_model_parallel_size
+    if isinstance(scale, ScaleDims):
+        scale.check_base(base_config, tp)
+        dims = scale
+    else:
+        dims = scale.resolve(base_config, tp)
+    config = dims.widened(base_config)
+    spec = get_scale_block_spec(dims, config, backend, vp_stage=vp_stage, pp_rank=pp_rank)
+    return ScaleGPTModel(
+        dims, config, spec, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
+        tied_embeddings=tied_embeddings, vp_stage=vp_stage, **gpt_kwargs,
+    )

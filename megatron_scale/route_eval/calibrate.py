@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from megatron_scale.config import ROUTER_DIRECTIONS
-from megatron_scale.model.routing import keeps
+from megatron_scale.model.layers.routing import keeps
 
 
 class CalibrationError(ValueError):

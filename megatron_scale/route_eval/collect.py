@@ -1,5 +1,5 @@
 """One forward pass per batch, the two heads captured at the output layer, per-token records kept
-(model/route_record.py). Works at any TP (the records are the same on every TP rank); PP = 1.
+(route_stats/token_records.py). Works at any TP (the records are the same on every TP rank); PP = 1.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from megatron_scale.model.builder import output_layers
-from megatron_scale.model.route_record import token_records
+from megatron_scale.model.layers.heads import output_layers
+from megatron_scale.route_stats.token_records import token_records
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Every threshold's trade-off from per-token records (model/route_record.py), no model needed.
+"""Every threshold's trade-off from per-token records (route_stats/token_records.py), no model needed.
 
 A record set holds, per token of one eval set, the router statistic s, the loss under each head
 (loss_p, loss_a) and whether each head's top token is the label (correct_p, correct_a). Routing
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from megatron_scale.model.routing import keeps
+from megatron_scale.model.layers.routing import keeps
 
 Records = Mapping[str, torch.Tensor]
 METRICS = ("ppl", "accuracy")

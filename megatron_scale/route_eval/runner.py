@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from megatron_scale.model.router_stats import STATISTICS
+from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.calibrate import check_share
 from megatron_scale.route_eval.units import POOLS, UNITS
 
@@ -129,7 +129,7 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
     from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.methods import Scale
-    from megatron_scale.model.builder import set_router_default
+    from megatron_scale.model.layers.heads import set_router_default
     from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)

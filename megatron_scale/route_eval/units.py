@@ -17,7 +17,7 @@ grouped into units and each unit takes one decision from its pooled statistic:
     evaluation only) or its first token's ("first": causal, what generation could do)
 
 Units are over the labels (the tokens predicted), never across windows. Special and added tokens
-(no byte form) are units of their own. The rule is the model's own (model/route_units.py: a
+(no byte form) are units of their own. The rule is the model's own (model/layers/route_units.py: a
 routed model with --scale-router-unit char/word decides by the "first" pooling); this module adds
 the tokenizer file and the teacher-forced mean. Pure tensors: no model needed.
 """
@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import torch
 
-from megatron_scale.model.route_units import UNITS, check_unit, piece_codes, unit_starts
+from megatron_scale.model.layers.route_units import UNITS, check_unit, piece_codes, unit_starts
 
 __all__ = ["POOLS", "UNITS", "pool", "pooled_records", "starts", "token_bytes", "unit_ids"]
 
@@ -75,7 +75,7 @@ def token_bytes(tokenizer: str) -> list[bytes]:
 
 def starts(pieces: Sequence[bytes], labels: torch.Tensor, unit: str) -> torch.Tensor:
     """[rows, seq] bool: whether the token at each label position starts a unit (the first of
-    every row always does): the model's rule (model/route_units.py) on the tokenizer's pieces."""
+    every row always does): the model's rule (model/layers/route_units.py) on the tokenizer's pieces."""
     check_unit(unit)
     return unit_starts(piece_codes(pieces), labels.long(), unit)
 

@@ -31,7 +31,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale import hooks
 from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.flags import flag, positive
-from megatron_scale.model.state import tree_map
+from megatron_scale.model.weights.state import tree_map
 from megatron_scale.records import (
     FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, RecordedMethod, SavedLayout,
 )

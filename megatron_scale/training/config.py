@@ -32,7 +32,7 @@ from megatron_scale.flags import to_argv as to_argv_of
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
+from megatron_scale.model.layers.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 from megatron_scale.training.checkpointing import CheckpointConfig
 from megatron_scale.training.metrics import LoggingConfig
 from megatron_scale.training.optim import OptimConfig
@@ -77,7 +77,7 @@ class ModelConfig:
 class MethodChoice:
     """--method."""
 
-    method: str = field(default="scale-preserve", metadata=flag("--method", choices=METHODS))
+    name: str = field(default="scale-preserve", metadata=flag("--method", choices=METHODS))
     """What trains: a SCALE variant (the base frozen), or a baseline."""
 
 
@@ -228,12 +228,12 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def validate_te(self) -> None:
-        """The Transformer Engine and FP8 flags (model/te.py's check), and what training adds."""
+        """The Transformer Engine and FP8 flags (model/layers/te.py's check), and what training adds."""
         m = self.model
         te = m.transformer_impl == "transformer_engine"
         if m.gradient_accumulation_fusion and not te:
             raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
-        if te and self.method.method == "lora":
+        if te and self.method.name == "lora":
             raise ValueError("--method lora: not with --transformer-impl transformer_engine "
                              "(the adapters wrap megatron-core's local linears)")
         check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)

@@ -26,13 +26,13 @@ from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
 from megatron_scale.model.build import Kernels, Parallel, build_model
-from megatron_scale.model.builder import output_layers, router_settings, set_unit_codes
+from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
 from megatron_scale.records import CheckpointError, SavedLayout
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
-from megatron_scale.training.model import load_initial_weights
+from megatron_scale.training.initial_weights import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
 from megatron_scale.training.reshard import same_grid
@@ -170,7 +170,7 @@ def setup(config: TrainConfig) -> Run:
 
 
 def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
-    """A Route model gets the byte-level tokenizer's per-token codes (model/route_units.py) where
+    """A Route model gets the byte-level tokenizer's per-token codes (model/layers/route_units.py) where
     --tokenizer-model is one, so that evaluation can decide per character or word (its recorded
     router unit, or --route-unit); a unit other than token without them is one error, before work."""
     heads = output_layers(model)
@@ -182,7 +182,7 @@ def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
         if unit != "token":
             raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
         return
-    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.model.layers.route_units import piece_codes
     from megatron_scale.route_eval.units import token_bytes
 
     try:

@@ -98,7 +98,7 @@ def inherit_architecture(cfg: TrainConfig, record: dict[str, Any], where: str, r
     """Fill the architecture flags left out from `record`; refuse one that differs."""
     theirs = LlamaArgs.from_json(record, where=f"{where}: model_args")
     arch, method = cfg.model.architecture, cfg.method
-    kind = method_class(method.method)
+    kind = method_class(method.name)
     if arch.num_layers is None and resuming:  # a run's record counts its own model's layers
         arch.num_layers = kind.base_layers_of(theirs.num_layers, method)
     for name, flag in FLAGS.items():
@@ -197,7 +197,7 @@ def build_method(cfg: TrainConfig, arch: LlamaArgs, records: CheckpointRecords |
                  resuming: bool = False) -> TrainingMethod:
     """The method --method, its flags and --load's records describe (its class plans it: from a
     checkpoint of its own, the recorded method; checked, naming the flag)."""
-    name = cfg.method.method
+    name = cfg.method.name
     return method_class(name).plan(Given(
         name=name, flags=cfg.method, arch=arch, tp=cfg.parallel.tp, sequence_parallel=cfg.parallel.sequence_parallel,
         seed=cfg.schedule.seed, records=records, resuming=resuming, where=where,
@@ -211,7 +211,7 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     loaded = records.model_args if records else None
     if loaded is not None:
         inherit_architecture(cfg, loaded, where, resuming)
-    method_class(cfg.method.method).refuse_records(records, cfg.method.method, where, resuming)
+    method_class(cfg.method.name).refuse_records(records, cfg.method.name, where, resuming)
     resolve_vocab(cfg)
     arch = architecture(cfg)  # the four sizes are there (or the one message naming those missing)
     check_shape(given(cfg.model.architecture), cfg.schedule.seq_length, cfg.parallel.tp)
@@ -227,7 +227,7 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     reshard = check_resume(saved, layout, where) if resuming else None
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
-    cfg.logging.validate(cfg.method.method)
+    cfg.logging.validate(cfg.method.name)
     method = build_method(cfg, arch, records, where, resuming)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:

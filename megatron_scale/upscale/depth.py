@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from megatron_scale.model.keys import LAYERS
+from megatron_scale.model.weights.keys import LAYERS
 ZEROED = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 
 

@@ -1,6 +1,6 @@
 """A base model's global state dict -> the SCALE model's global state dict.
 
-Keys are checkpoint keys (model/keys.py): the base keys keep their names, shapes and values, and
+Keys are checkpoint keys (model/weights/keys.py): the base keys keep their names, shapes and values, and
 the expansion adds, per upscaled linear, `weight_21` / `weight_22` (init.py) and, where Adapt
 collaborates, `weight_12.layer<i>` = 0; per split norm `..._up` = 1; `embedding...weight_up` = 0
 and `output_layer.weight_up` = 0. New rows are initialised per row group: q, k and v of the new
@@ -15,14 +15,14 @@ import torch
 from torch import nn
 
 from megatron_scale.config import ScaleDims
-from megatron_scale.model.keys import EMBEDDING, FC1_NORM, FINAL_NORM, LINEARS, OUTPUT, QKV_NORM, UP, W21, W22, w12_key
-from megatron_scale.model.layout import merge_qkv, split_gate_up, split_qkv
-from megatron_scale.model.spec import block_splits
-from megatron_scale.model.state import load_global_state_dict
+from megatron_scale.model.weights.keys import EMBEDDING, FC1_NORM, FINAL_NORM, LINEARS, OUTPUT, QKV_NORM, UP, W21, W22, w12_key
+from megatron_scale.model.weights.layout import merge_qkv, split_gate_up, split_qkv
+from megatron_scale.model.layers.spec import block_splits
+from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.upscale.init import new_rows
 
 
-def _rows(module: str, w: torch.Tensor, dims: ScaleDims, in_up: int, gen: torch.Generator) -> torch.Tensor:
+def _expansion_rows(module: str, w: torch.Tensor, dims: ScaleDims, in_up: int, gen: torch.Generator) -> torch.Tensor:
     def make(block: torch.Tensor, count: int) -> torch.Tensor:
         return new_rows(block, count, in_up, dims.init, dims.init_std, gen)
 
@@ -64,7 +64,7 @@ def upscale_state_dict(base: dict[str, torch.Tensor], dims: ScaleDims) -> dict[s
         w21, w22 = [], []
         for layer in range(dims.num_layers):
             split = block_splits(dims, layer)[module]
-            rows = _rows(module, stacked[layer], dims, split.in_up, gen)
+            rows = _expansion_rows(module, stacked[layer], dims, split.in_up, gen)
             w21.append(rows[:, : split.in_base])
             w22.append(rows[:, split.in_base :])
             if split.adapt:

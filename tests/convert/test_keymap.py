@@ -50,7 +50,7 @@ def _megatron_model_shapes(rank: int, world: int, args: LlamaArgs) -> dict[str, 
     from megatron_scale.model.build import build_model
     from megatron_scale.methods import Full
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.state import sharded_tensors
+    from megatron_scale.model.weights.state import sharded_tensors
 
     init_distributed(1, 1, device="cpu")
     with torch.device("meta"):

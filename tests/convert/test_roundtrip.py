@@ -39,8 +39,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.methods import Full, Scale
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.builder import output_head
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.weights.state import global_state_dict
     from megatron_scale.upscale import upscale_state_dict
 
     torch.set_num_threads(1)  # tests/convert/conftest.py

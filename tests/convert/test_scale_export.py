@@ -35,7 +35,7 @@ PROMPT, NEW = 8, 6
 
 def _perturb(model: Any, seed: int) -> None:
     """Move every trainable block off its init (deterministic, global tensors)."""
-    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
 
     g = torch.Generator().manual_seed(seed)
     state = global_state_dict(model)
@@ -61,7 +61,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.methods import Scale
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.builder import output_head, output_layers
+    from megatron_scale.model.layers.heads import output_head, output_layers
     from megatron_scale.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
@@ -92,8 +92,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             res[f"{variant}/z_a"] = megatron_logits(model, ids)
         res[f"{variant}/greedy"] = greedy(model, ids[:, :PROMPT], NEW)
         if variant == "route":  # an evaluation-time router override: another statistic, tau and direction
-            from megatron_scale.model.route_record import token_records
-            from megatron_scale.model.builder import router_settings
+            from megatron_scale.route_stats.token_records import token_records
+            from megatron_scale.model.layers.heads import router_settings
 
             with output_head(model, "preserve"):
                 z_p = megatron_logits(model, ids)
@@ -119,9 +119,9 @@ def _per_unit(model: Any, ids: torch.Tensor) -> dict[str, Any]:
     """Megatron-core's routing per character and per word, told the labels; its greedy tokens with
     each step's unknown label chosen to join or start a unit as the export's causal rule does
     (modeling_scale_llama.UnitRouter: join when the text ends inside a character; per word, unless
-    the last token is special), computed here with model/route_units.py's own functions."""
-    from megatron_scale.model.builder import router_settings, set_unit_codes
-    from megatron_scale.model.route_units import EMPTY, pending_after, piece_codes
+    the last token is special), computed here with model/layers/route_units.py's own functions."""
+    from megatron_scale.model.layers.heads import router_settings, set_unit_codes
+    from megatron_scale.model.layers.route_units import EMPTY, pending_after, piece_codes
 
     table = _unit_vocab.pieces(_hf.VOCAB)
     codes = piece_codes(table)
@@ -345,7 +345,7 @@ def test_router_unit_at_export_forward_and_generate(results: dict, unit: str) ->
     cache gives megatron-core's greedy tokens under the export's causal rule."""
     import json
 
-    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.model.layers.route_units import piece_codes
 
     root, mg = results["root"], results["mg"]
     summary, model = results["exported"][f"route-{unit}"]

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TPS = (1, 3)  # SmolLM2 has 9 heads over 3 KV groups: TP=3 splits them, and the SCALE defaults follow
 # The default init (svd) at TP=1; normal at TP=3, where every rank computes every layer's SVD
-# (convert/upscale.py upscales the global state on each rank): ~45 s of one core per rank for
+# (convert/offline_upscale.py upscales the global state on each rank): ~45 s of one core per rank for
 # SmolLM2's 210 matrices, three ranks on two cores. The sizes are the defaults either way, and an
 # untrained SCALE-Preserve model gives the base's logits whatever its new rows start as.
 INIT = {1: (), 3: ("--scale-init", "normal")}

@@ -137,9 +137,9 @@ def _fill(params: list[torch.Tensor | None], seed: int, std: float = 0.3) -> Non
 
 
 def _check_linear(rec: _Recorder, name: str, adapt: bool, r: int, seed: int) -> None:
-    from megatron_scale.model.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
-    from megatron_scale.model.partition import BlockSplit
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.layers.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
+    from megatron_scale.model.layers.partition import BlockSplit
+    from megatron_scale.model.weights.state import global_state_dict
 
     tp = rec.tp
     parallel, chunks, n, n_up, m, m_up = LINEARS[name]
@@ -202,8 +202,8 @@ def _check_linear(rec: _Recorder, name: str, adapt: bool, r: int, seed: int) -> 
 
 
 def _check_norm(rec: _Recorder) -> None:
-    from megatron_scale.model.norm import SplitRMSNorm
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.layers.norm import SplitRMSNorm
+    from megatron_scale.model.weights.state import global_state_dict
 
     eps = 1e-5
     mod = SplitRMSNorm(_tiny.base_config(rec.tp), D + D_UP, eps, base_hidden=D)
@@ -234,7 +234,7 @@ def _check_norm(rec: _Recorder) -> None:
 
 
 def _embedding(tp: int, r: int, seed: int) -> Any:
-    from megatron_scale.model.heads import ScaleVocabParallelEmbedding
+    from megatron_scale.model.layers.heads import ScaleVocabParallelEmbedding
 
     emb = ScaleVocabParallelEmbedding(V, D, D_UP, config=_tiny.base_config(tp))
     _fill([emb.weight, emb.weight_up], seed=1000 * seed + r)
@@ -242,7 +242,7 @@ def _embedding(tp: int, r: int, seed: int) -> Any:
 
 
 def _check_embedding(rec: _Recorder, r: int) -> None:
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict
 
     emb = _embedding(rec.tp, r, seed=41)
     g = global_state_dict(emb)
@@ -266,8 +266,8 @@ def _check_embedding(rec: _Recorder, r: int) -> None:
 
 
 def _check_output(rec: _Recorder, r: int, tied: bool, head: str) -> None:
-    from megatron_scale.model.heads import ScaleOutputLayer
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.layers.heads import ScaleOutputLayer
+    from megatron_scale.model.weights.state import global_state_dict
 
     tp = rec.tp
     label = f"output[tied={tied},head={head}]"

@@ -1,4 +1,4 @@
-"""The fused local path (megatron_scale/model/fused.py) against plain autograd on slices.
+"""The fused local path (megatron_scale/model/layers/fused.py) against plain autograd on slices.
 
 Reference: the block matrix written out with autograd, y = x W^T (+ x_up W12^T),
 y_up = [x; x_up] [W21 W22]^T, outputs interleaved chunk by chunk with torch.cat. Checked for
@@ -15,7 +15,7 @@ import itertools
 import pytest
 import torch
 
-from megatron_scale.model.fused import upscaled_gemm
+from megatron_scale.model.layers.fused import upscaled_gemm
 from tests.conftest import requires_gpus
 
 N, N_UP, M, M_UP, S, B = 12, 4, 16, 8, 5, 3

@@ -22,8 +22,8 @@ from tests._dist import run_ranks
 
 def _build(cfg: Any, tied: bool, state: dict[str, torch.Tensor]) -> Any:
     from megatron_scale import _mcore as mc
-    from megatron_scale.model.spec import llama_block_spec
-    from megatron_scale.model.state import load_global_state_dict
+    from megatron_scale.model.layers.spec import llama_block_spec
+    from megatron_scale.model.weights.state import load_global_state_dict
 
     model = mc.GPTModel(cfg, llama_block_spec(cfg), vocab_size=_tiny.VOCAB, max_sequence_length=_tiny.SEQ,
                         share_embeddings_and_output_weights=tied, position_embedding_type="rope")
@@ -34,7 +34,7 @@ def _build(cfg: Any, tied: bool, state: dict[str, torch.Tensor]) -> Any:
 def _body(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict
 
     init_distributed(2, 1, device="cpu", seed=1234)
     out: dict[str, Any] = {}

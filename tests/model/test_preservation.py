@@ -62,8 +62,8 @@ def _init_checks(tp: int) -> dict[str, Any]:
 def _train_preserve(tp: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.builder import output_head
-    from megatron_scale.model.digest import frozen_base_digest
+    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.weights.digest import frozen_base_digest
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=True)
@@ -140,7 +140,7 @@ def _train_preserve(tp: int) -> dict[str, Any]:
 
 def _adapt_checks(tp: int) -> dict[str, Any]:
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.spec import block_splits
+    from megatron_scale.model.layers.spec import block_splits
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=False)
@@ -179,7 +179,7 @@ def _sequence_parallel_checks() -> dict[str, Any]:
     finalize_model_grads does)."""
     from megatron_scale import _mcore as mc
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
 
     state = _tiny.base_state_dict(tied=True)
     sc = ScaleConfig(variant="adapt", adapt_modules=("qkv", "proj", "fc1", "fc2"))

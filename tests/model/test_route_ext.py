@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.model import route_sums
-from megatron_scale.model.route_sums import route_statistics, route_statistics_cpp, route_statistics_torch
-from megatron_scale.model.routing import route
+from megatron_scale.route_stats import sums as route_sums
+from megatron_scale.route_stats.sums import route_statistics, route_statistics_cpp, route_statistics_torch
+from megatron_scale.model.layers.routing import route
 
 
 def _logits(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""model/route_units.py on the hand-made byte-level vocabulary and Korean string (tests/_unit_vocab.py):
+"""model/layers/route_units.py on the hand-made byte-level vocabulary and Korean string (tests/_unit_vocab.py):
 the owed continuation bytes after every prefix are what decoding the prefix's bytes says (a prefix
 ends inside a character exactly when it does not decode); the first-token pooling, with and
 without a carried unit; the vocabulary padding and a tokenizer larger than the model."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.model.route_units import (
+from megatron_scale.model.layers.route_units import (
     EMPTY,
     first_of_units,
     pending_after,

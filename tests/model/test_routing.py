@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from megatron_scale.model.routing import route
+from megatron_scale.model.layers.routing import route
 from tests import _tiny, _unit_vocab
 from tests._dist import run_ranks
 
@@ -62,7 +62,7 @@ def test_tau_edges() -> None:
 @pytest.mark.parametrize("tau", [-1.0, 0.0, 0.5, 1.0])
 def test_direction_below_keeps_the_other_side(tau: float) -> None:
     """direction "below": z_p exactly where the statistic <= tau (ties kept on z_p both ways)."""
-    from megatron_scale.model.router_stats import cosine
+    from megatron_scale.route_stats.statistics import cosine
 
     z_p, z_a, _ = _tokens()
     stat = cosine(z_p, z_a)
@@ -86,7 +86,7 @@ def test_no_gradient_through_the_choice() -> None:
 
 
 def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict
 
     g = torch.Generator().manual_seed(4)
     state = global_state_dict(tau_model)
@@ -99,8 +99,8 @@ def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
 
 def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.builder import output_head
-    from megatron_scale.model.state import load_global_state_dict
+    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.weights.state import load_global_state_dict
 
     base = _tiny.base_state_dict(tied=False)
     model = _tiny.build_scale(_tiny.base_config(tp), ScaleConfig(variant="route"), False, base, parallel_output=False)
@@ -146,8 +146,8 @@ def _unit_firsts(table: list[bytes], labels: list[int], unit: str) -> list[int]:
 
 def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
     """Route the Korean string (row 0) and a random row per character and per word."""
-    from megatron_scale.model.builder import output_head, router_settings, set_unit_codes
-    from megatron_scale.model.route_units import piece_codes
+    from megatron_scale.model.layers.heads import output_head, router_settings, set_unit_codes
+    from megatron_scale.model.layers.route_units import piece_codes
 
     table = _unit_vocab.pieces(_tiny.VOCAB)
     korean = torch.tensor(_unit_vocab.encode(_unit_vocab.KOREAN, table), device=b["input_ids"].device)

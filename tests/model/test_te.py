@@ -1,4 +1,4 @@
-"""The Transformer Engine entry (megatron_scale/model/te.py, _te_probe.py): without TE, or with a TE that
+"""The Transformer Engine entry (megatron_scale/model/layers/te.py, _te_probe.py): without TE, or with a TE that
 fails to import for any reason, every flag that needs it is refused by name with the reason in one
 line, its tests skip with that reason, and megatron-core and the package still import; with TE the
 module is handed out."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.model import te
+from megatron_scale.model.layers import te
 from tests.conftest import requires_te
 
 no_te_installed = pytest.mark.skipif(find_spec("transformer_engine") is not None,
@@ -30,8 +30,8 @@ def test_without_te_the_flag_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 @no_te_installed
 def test_package_imports_without_te() -> None:
     code = (
-        "import sys, megatron_scale.model.te, megatron_scale.model.te_linear, megatron_scale.model.spec, "
-        "megatron_scale.training.model; assert 'transformer_engine' not in sys.modules"
+        "import sys, megatron_scale.model.layers.te, megatron_scale.model.layers.te_linear, megatron_scale.model.layers.spec, "
+        "megatron_scale.training.initial_weights; assert 'transformer_engine' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -57,7 +57,7 @@ PROBE = """
 import sys
 import megatron_scale._mcore as mc                   # megatron-core imports despite the broken TE
 from megatron.core.optimizer import USING_PYTORCH_OPTIMIZER
-from megatron_scale.model import te
+from megatron_scale.model.layers import te
 from tests.conftest import requires_te
 assert sys.modules["transformer_engine"] is None and USING_PYTORCH_OPTIMIZER
 assert not te.te_available()

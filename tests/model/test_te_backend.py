@@ -36,7 +36,7 @@ def _to_local_name(name: str) -> str:
 
 
 def _te_linears(model: Any) -> list[Any]:
-    from megatron_scale.model.te_linear import _TEBlocks
+    from megatron_scale.model.layers.te_linear import _TEBlocks
 
     return [m for m in model.modules() if isinstance(m, _TEBlocks)]
 
@@ -51,8 +51,8 @@ def _forward_loss(model: Any, b: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _compare(tp: int, sp: bool, backend: Any, scale: Any, tag: str) -> dict[str, Any]:
-    from megatron_scale.model.builder import output_head
-    from megatron_scale.model.state import global_state_dict, load_global_state_dict
+    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=False)
@@ -154,7 +154,7 @@ def _cast_flags(tp: int, backend: Any, scale: Any, ckpt: Path) -> dict[str, Any]
 
 
 def _config_checks(backend: Any) -> dict[str, Any]:
-    from megatron_scale.model.partition import BlockSplit
+    from megatron_scale.model.layers.partition import BlockSplit
 
     res: dict[str, Any] = {}
     cfg = copy.copy(_tiny.base_config(1))
@@ -177,8 +177,8 @@ def _body(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.config import ScaleConfig
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model import te
-    from megatron_scale.model.spec import te_backend
+    from megatron_scale.model.layers import te
+    from megatron_scale.model.layers.spec import te_backend
     from tests.model import _te_standin
 
     te.use_stand_in(_te_standin)

@@ -41,8 +41,8 @@ def _config(**extra: Any) -> Any:
 
 def _gpt(cfg: Any, layer_spec: Any, state: dict | None) -> Any:
     from megatron_scale import _mcore as mc
-    from megatron_scale.model.norm import RMSNorm
-    from megatron_scale.model.state import load_global_state_dict
+    from megatron_scale.model.layers.norm import RMSNorm
+    from megatron_scale.model.weights.state import load_global_state_dict
 
     block = mc.TransformerBlockSubmodules(layer_specs=[layer_spec] * LAYERS, layer_norm=RMSNorm)
     model = mc.GPTModel(cfg, block, vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="rope").cuda()
@@ -54,7 +54,7 @@ def _gpt(cfg: Any, layer_spec: Any, state: dict | None) -> Any:
 def _unfused_te_layer() -> Any:
     """The base model on the TE pieces SCALE-TE uses: TE linears and attention, our RMSNorm."""
     from megatron_scale import _mcore as mc
-    from megatron_scale.model.norm import RMSNorm
+    from megatron_scale.model.layers.norm import RMSNorm
 
     ext = mc.te_extensions()
     layer = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
@@ -80,8 +80,8 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def _fp8_config(recipe: str) -> Any:
-    """FP8 with gradient-accumulation fusion: megatron-core's only with apex (model/te.py)."""
-    from megatron_scale.model.te import apex_wgrad_kernel
+    """FP8 with gradient-accumulation fusion: megatron-core's only with apex (model/layers/te.py)."""
+    from megatron_scale.model.layers.te import apex_wgrad_kernel
 
     return _config(fp8="hybrid", fp8_recipe=recipe, gradient_accumulation_fusion=apex_wgrad_kernel())
 
@@ -90,8 +90,8 @@ def _build_scale_te(cfg: Any, wgrad_fusion: bool, backend: Any = None) -> Any:
     """The SCALE-Preserve model on TE, before its first CUDA call (tests/model/test_te_gpu_build.py
     builds it on CPU with a TE stand-in); `wgrad_fusion`: TE's own."""
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.builder import build_scale_gpt
-    from megatron_scale.model.spec import te_backend
+    from megatron_scale.model.build import build_scale_gpt
+    from megatron_scale.model.layers.spec import te_backend
 
     return build_scale_gpt(
         cfg, ScaleConfig(variant="preserve", init="normal"), vocab_size=VOCAB, max_sequence_length=SEQ,
@@ -109,8 +109,8 @@ def _scale_te(cfg: Any, state: dict, wgrad_fusion: bool = False) -> Any:
 
 def _bf16_preservation() -> dict[str, Any]:
     from megatron_scale import _mcore as mc
-    from megatron_scale.model.builder import output_head
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.weights.state import global_state_dict
 
     cfg = _config()
     torch.manual_seed(0)
@@ -133,8 +133,8 @@ def _bf16_preservation() -> dict[str, Any]:
 
 def _fp8_training(recipe: str) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
-    from megatron_scale.model.state import global_state_dict
-    from megatron_scale.model.te_linear import _TEBlocks
+    from megatron_scale.model.weights.state import global_state_dict
+    from megatron_scale.model.layers.te_linear import _TEBlocks
 
     cfg = _fp8_config(recipe)
     torch.manual_seed(0)

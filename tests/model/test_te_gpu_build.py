@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from megatron_scale.model.te import apex_wgrad_kernel
+from megatron_scale.model.layers.te import apex_wgrad_kernel
 from tests._dist import run_ranks
 
 
 def _body(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model import te
+    from megatron_scale.model.layers import te
     from tests.model import _te_standin
     from tests.model import test_te_gpu as gpu
 

@@ -1,5 +1,5 @@
-"""SCALE-Route at every threshold from one pass (route_eval/, model/route_record.py,
-model/router_stats.py).
+"""SCALE-Route at every threshold from one pass (route_eval/, route_stats/token_records.py,
+route_stats/statistics.py).
 
 Spawned (gloo, 2 ranks), the same Route model (trained-looking output heads) at TP=1 and TP=2:
 - every router statistic equals its single-device definition on the full logits (TP=1 and TP=2);
@@ -29,7 +29,7 @@ STATS = ("cosine", "centered-cosine", "max-prob", "certainty")
 
 
 def _state(model: Any) -> dict[str, torch.Tensor]:
-    from megatron_scale.model.state import global_state_dict
+    from megatron_scale.model.weights.state import global_state_dict
 
     g = torch.Generator().manual_seed(4)
     out = {}
@@ -44,7 +44,7 @@ def _state(model: Any) -> dict[str, torch.Tensor]:
 
 def _model(tp: int, state: dict | None, **scale: Any) -> tuple[Any, dict]:
     from megatron_scale.config import ScaleConfig
-    from megatron_scale.model.state import load_global_state_dict
+    from megatron_scale.model.weights.state import load_global_state_dict
 
     m = _tiny.build_scale(_tiny.base_config(tp), ScaleConfig(variant="route", **scale), False,
                           _tiny.base_state_dict(tied=False))
@@ -64,7 +64,7 @@ def _reference_stats(z_p: torch.Tensor, z_a: torch.Tensor) -> dict[str, torch.Te
 
 
 def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
-    from megatron_scale.model.builder import output_head, router_settings
+    from megatron_scale.model.layers.heads import output_head, router_settings
     from megatron_scale.route_eval import curves
     from megatron_scale.route_eval.collect import collect
 

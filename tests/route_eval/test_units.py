@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from megatron_scale.model.routing import keeps
+from megatron_scale.model.layers.routing import keeps
 from megatron_scale.route_eval.units import pool, pooled_records, token_bytes, unit_ids
 
 TEXT = "한국어 문장, hello 세계!\n서울"

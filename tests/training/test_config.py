@@ -37,7 +37,7 @@ def test_parse_fills_each_component() -> None:
     cfg = parse([*REQUIRED, "--num-layers", "4", "--method", "scale-adapt", "--scale-adapt-layers", "1,2",
                  "--scale-seed", "7", "--seed", "3", "--no-eval-at-start", "--tensor-model-parallel-size", "2"])
     assert cfg.model.architecture.num_layers == 4 and cfg.model.architecture.hidden_size is None
-    assert cfg.method.method == "scale-adapt" and cfg.method.scale.adapt_layers == (1, 2)
+    assert cfg.method.name == "scale-adapt" and cfg.method.scale.adapt_layers == (1, 2)
     # --seed and --scale-seed are two settings of two components
     assert cfg.schedule.seed == 3 and cfg.method.scale.seed == 7
     assert given(cfg.method.scale) == {"adapt_layers": (1, 2), "seed": 7}
@@ -49,7 +49,7 @@ def test_a_config_survives_argv() -> None:
     cfg = TrainConfig(
         model=ModelConfig(architecture=Architecture(num_layers=2, untie_embeddings_and_output_weights=True,
                                                     rotary_base=1e4), bf16=True),
-        method=MethodConfig(method="lora", lora_rank=4, scale=ScaleSettings(router_tau=0.7)),
+        method=MethodConfig(name="lora", lora_rank=4, scale=ScaleSettings(router_tau=0.7)),
     )
     cfg.optim.lr, cfg.data.data_path = 3e-4, ("0.5", "ko", "0.5", "en")
     cfg.schedule = dataclasses.replace(cfg.schedule, micro_batch_size=1, global_batch_size=2, seq_length=16,
@@ -76,7 +76,7 @@ def test_llama_pro_blocks_default_divides_the_base() -> None:
     from megatron_scale.training.config import MethodConfig
 
     assert [default_llama_pro_blocks(n) for n in (4, 30, 32, 7, 1)] == [1, 6, 8, 1, 1]
-    assert MethodConfig(method="llama-pro").pro_blocks(30) == 6
-    assert MethodConfig(method="llama-pro", llama_pro_blocks=5).pro_blocks(30) == 5
+    assert MethodConfig(name="llama-pro").pro_blocks(30) == 6
+    assert MethodConfig(name="llama-pro", llama_pro_blocks=5).pro_blocks(30) == 5
     with pytest.raises(ValueError, match="--llama-pro-blocks 7 must divide the base's 30 layers"):
-        MethodConfig(method="llama-pro", llama_pro_blocks=7).pro_blocks(30)
+        MethodConfig(name="llama-pro", llama_pro_blocks=7).pro_blocks(30)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.dist
 EVALUATE = """
 import json, os, sys
 from megatron_scale.distributed import destroy_distributed
-from megatron_scale.model.builder import output_head
+from megatron_scale.model.layers.heads import output_head
 from megatron_scale.training import loop
 from megatron_scale.training.config import parse
 

@@ -139,7 +139,7 @@ class _Model:
         return self.model
 
     def load(self, ckpt: str) -> str:
-        from megatron_scale.training.model import load_initial_weights
+        from megatron_scale.training.initial_weights import load_initial_weights
 
         return load_initial_weights(self.model, ckpt, self.method, self.arch.num_layers)
 
@@ -157,7 +157,7 @@ def _loaded(ckpt: str, method: str, tp: int = 1, *extra: str) -> tuple[Any, str]
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.builder import output_head
+    from megatron_scale.model.layers.heads import output_head
     from tests import _tiny
 
     init_distributed(2, 1, device="cpu")
@@ -196,7 +196,7 @@ def test_nan_loss_stops_naming_the_iteration(work: dict) -> None:
 
 def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.state import load_global_state_dict
+    from megatron_scale.model.weights.state import load_global_state_dict
     from megatron_scale.upscale.depth import expand_depth
     from tests import _tiny
 
@@ -355,8 +355,8 @@ def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[
     from megatron_scale import _mcore as mc
     from megatron_scale.checkpoint import CheckpointError
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.lora import is_lora_key
-    from megatron_scale.model.state import global_state_dict, sharded_tensors
+    from megatron_scale.model.layers.lora import is_lora_key
+    from megatron_scale.model.weights.state import global_state_dict, sharded_tensors
     from tests import _tiny
 
     def logits(model: Any) -> torch.Tensor:  # the whole vocabulary at any TP

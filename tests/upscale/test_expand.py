@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from megatron_scale.config import ScaleConfig
-from megatron_scale.model.layout import merge_qkv, split_qkv
+from megatron_scale.model.weights.layout import merge_qkv, split_qkv
 from megatron_scale.upscale import upscale_state_dict
 from tests import _tiny
 

@@ -47,7 +47,7 @@ HEADS = ("auto", "adapt", "preserve", "route")
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 DIRECTIONS = ("above", "below")
 UNITS = ("token", "char", "word")
-# per-token codes (megatron_scale/model/route_units.py writes them; the rules below are its own)
+# per-token codes (megatron_scale/model/layers/route_units.py writes them; the rules below are its own)
 EMPTY, CONT, SPACE_START, SPACE_END, ALL_CONT, OWED_SHIFT = 1, 2, 4, 8, 16, 5
 
 

@@ -4,7 +4,7 @@ statistics, and the loss and top-1 correctness under each head.
     record = token_records(z_p, z_a, labels, group, statistics=("cosine", "max-prob"))
     record["loss_p"], record["loss_a"]        cross-entropy of the label under z_p, under z_a
     record["correct_p"], record["correct_a"]  the label is the head's top token
-    record["stat/cosine"], ...                 router statistics (router_stats.py)
+    record["stat/cosine"], ...                 router statistics (statistics.py)
 
 Routing at (statistic, tau) emits z_p exactly where stat >= tau, so the routed loss of a token is
 loss_p there and loss_a elsewhere: the records give the routed perplexity or accuracy at every tau
@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.router_stats import router_statistic, tp_all_reduce
+from megatron_scale.route_stats.statistics import router_statistic, tp_all_reduce
 
 
 def _label_logit(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:

@@ -18,9 +18,9 @@ from typing import Any
 
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleDims
-from megatron_scale.model.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
-from megatron_scale.model.norm import RMSNorm, SplitRMSNorm
-from megatron_scale.model.partition import BlockSplit
+from megatron_scale.model.layers.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
+from megatron_scale.model.layers.norm import RMSNorm, SplitRMSNorm
+from megatron_scale.model.layers.partition import BlockSplit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ class ScaleBackend:
     wgrad_fusion: bool = False
     """The linears accumulate weight gradients into main_grad themselves (TE's
     fuse_wgrad_accumulation), whatever TransformerConfig.gradient_accumulation_fusion says:
-    that one also switches megatron-core's linears to apex's kernel (model/te.py)."""
+    that one also switches megatron-core's linears to apex's kernel (model/layers/te.py)."""
 
 
 LOCAL = ScaleBackend()
@@ -43,7 +43,7 @@ LOCAL = ScaleBackend()
 def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False) -> ScaleBackend:
     """--transformer-impl transformer_engine: TE GEMMs, TE attention (imports TE when called);
     `wgrad_fusion`: --gradient-accumulation-fusion, done by TE alone (ScaleBackend.wgrad_fusion)."""
-    from megatron_scale.model.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
+    from megatron_scale.model.layers.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
 
     return ScaleBackend(
         column_linear=ScaleTEColumnParallelLinear,

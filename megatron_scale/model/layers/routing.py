@@ -3,7 +3,7 @@
     z_p = W_out h                  preservation head (original dims only)
     z_a = z_p + W_out_up h_up      adaptation head
     per token: emit z_p if cos(z_p, z_a) >= tau, else z_a
-    (or another parameter-free statistic of the two heads >= tau: router_stats.py)
+    (or another parameter-free statistic of the two heads >= tau: route_stats/statistics.py)
     direction "below" reverses the side: emit z_p if the statistic <= tau (issue 35: on a byte-level
     tokenizer the cosine came out lower on the old domain), else z_a
     unit char / word: all the tokens of one UTF-8 character or word take the decision of the
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from megatron_scale.model.route_units import first_of_units
-from megatron_scale.model.router_stats import router_statistic
+from megatron_scale.model.layers.route_units import first_of_units
+from megatron_scale.route_stats.statistics import router_statistic
 
 
 def keeps(stat: torch.Tensor, tau: float, direction: str = "above") -> torch.Tensor:
@@ -46,7 +46,7 @@ def route(
     starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Routed logits and the boolean per-token mask of tokens sent to the preservation head
-    (where the router statistic, router_stats.py, is >= tau, or <= tau with direction "below";
+    (where the router statistic, route_stats/statistics.py, is >= tau, or <= tau with direction "below";
     the paper's is the cosine, above).
 
     z_p, z_a: [s, b, V_local] vocab-parallel slices of the two heads on this rank; starts: None

@@ -42,13 +42,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from megatron_scale.model.linear import (
+from megatron_scale.model.layers.linear import (
     ScaleColumnParallelLinear,
     ScaleRowParallelLinear,
     mark_tp,
 )
-from megatron_scale.model.partition import interleave_chunks, param_device
-from megatron_scale.model.te import te_pytorch
+from megatron_scale.model.layers.partition import interleave_chunks, param_device
+from megatron_scale.model.layers.te import te_pytorch
 
 FROZEN_RECASTS = 2
 FP8_MULTIPLE = 16  # TE's FP8 GEMMs need every matrix dimension divisible by 16

@@ -4,7 +4,7 @@
 
 The base's global tensors go through `upscale.upscale_state_dict` (the same function training
 uses when it upscales on load, so both give the same model for a seed), into the SCALE model
-built by `model.builder.build_scale_gpt`, saved by `checkpoint.save_checkpoint` with the frozen
+built by `model.build.build_scale_gpt`, saved by `checkpoint.save_checkpoint` with the frozen
 base digest and geometry. The model arguments recorded with the base are carried over. Every
 SCALE setting and the layout are checked before any rank starts.
 """

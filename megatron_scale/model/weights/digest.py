@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from megatron_scale.distributed import collective_device
-from megatron_scale.model.state import sharded_tensors
+from megatron_scale.model.weights.state import sharded_tensors
 
 _M = 2**31 - 1
 _P1, _P2, _P3 = 1_000_003, 998_244_353 % _M, 754_974_721 % _M

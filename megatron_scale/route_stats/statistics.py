@@ -20,7 +20,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from megatron_scale.model.route_sums import route_statistics
+from megatron_scale.route_stats.sums import route_statistics
 
 STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
 

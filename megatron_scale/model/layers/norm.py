@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.partition import dp_group, param_device
+from megatron_scale.model.layers.partition import dp_group, param_device
 
 
 class SplitRMSNorm(nn.Module):

@@ -19,7 +19,7 @@ Row-parallel (linear_proj, linear_fc2): columns are split, so rank r holds W_r [
 
 Checkpoints hold TP-independent global tensors under the module's prefix: `weight` (W, sharded
 exactly as megatron-core shards the base, so a base checkpoint's keys load unchanged),
-`weight_21`, `weight_22` and, per layer, `weight_12.layer<i>` (the key table: model/keys.py).
+`weight_21`, `weight_22` and, per layer, `weight_12.layer<i>` (the key table: model/weights/keys.py).
 `weight_up` is split into its two blocks by a ShardedTensorFactory on save and merged back on
 load, so a TP=2 checkpoint loads at TP=1.
 """
@@ -33,7 +33,7 @@ import torch
 
 from megatron_scale import _mcore as mc
 from megatron_scale._mcore import ShardedTensor, ShardedTensorFactory
-from megatron_scale.model.keys import W21, W22, w12_key
+from megatron_scale.model.weights.keys import W21, W22, w12_key
 
 Parallel = Literal["column", "row"]
 

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.partition import dp_group, param_device
+from megatron_scale.model.layers.partition import dp_group, param_device
 
 LORA_PARAMS = ("lora_a", "lora_b")
 TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 
-def _rows(t: torch.Tensor, chunks: int) -> tuple[torch.Tensor, ...]:
+def _row_chunks(t: torch.Tensor, chunks: int) -> tuple[torch.Tensor, ...]:
     return (t,) if chunks == 1 else t.chunk(chunks, dim=0)
 
 
@@ -93,8 +93,8 @@ class UpscaledGemm(torch.autograd.Function):
         else:
             dy = _cols(grads[0].reshape(-1, m), (mb,) * chunks)
             dy_up = _cols(grads[1].reshape(-1, m_up), (mu,) * chunks)
-        w_rows, up_rows = _rows(weight, chunks), _rows(weight_up, chunks)
-        w12_rows = _rows(weight_12, chunks) if weight_12 is not None else None
+        w_rows, up_rows = _row_chunks(weight, chunks), _row_chunks(weight_up, chunks)
+        w12_rows = _row_chunks(weight_12, chunks) if weight_12 is not None else None
 
         grad_x = grad_up = grad_12 = None
         if ctx.needs_input_grad[0]:
@@ -109,12 +109,12 @@ class UpscaledGemm(torch.autograd.Function):
             grad_x = grad_x.view(x_full.shape)
         if ctx.needs_input_grad[2]:
             grad_up = torch.empty_like(weight_up)
-            for j, rows in enumerate(_rows(grad_up, chunks)):
+            for j, rows in enumerate(_row_chunks(grad_up, chunks)):
                 torch.mm(dy_up[j].t(), x2, out=rows)
         if weight_12 is not None and ctx.needs_input_grad[3]:
             grad_12 = torch.empty_like(weight_12)
             x_up2 = x2[:, n:]
-            for j, rows in enumerate(_rows(grad_12, chunks)):
+            for j, rows in enumerate(_row_chunks(grad_12, chunks)):
                 torch.mm(dy[j].t(), x_up2, out=rows)
         return grad_x, None, grad_up, grad_12, None, None
 

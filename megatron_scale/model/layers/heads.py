@@ -7,14 +7,19 @@
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
 router's tau, statistic, direction and unit are plain attributes (evaluation settings,
-builder.router_settings). A unit other than token (model/route_units.py) needs the tokenizer's
-per-token codes (`unit_codes`, builder.set_unit_codes) and the labels of the forward
+router_settings below). A unit other than token (model/layers/route_units.py) needs the tokenizer's
+per-token codes (`unit_codes`, set_unit_codes below) and the labels of the forward
 (`unit_labels`, set by ScaleGPTModel.forward): the decision of a unit is its first label's.
 Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
+The functions at the end choose, on a built model, which logits its output layers return and how
+they route (output_head, router_settings, set_router_default, set_unit_codes).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -22,9 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.partition import column_input, dp_group, param_device
-from megatron_scale.model.route_units import unit_starts
-from megatron_scale.model.routing import route
+from megatron_scale.config import check_router
+from megatron_scale.model.layers.partition import column_input, dp_group, param_device
+from megatron_scale.model.layers.route_units import unit_starts
+from megatron_scale.model.layers.routing import route
 
 HEADS = ("auto", "adapt", "preserve", "route")
 
@@ -194,3 +200,64 @@ class ScaleOutputLayer(_VocabParallel):
         if self.weight is not None:
             tensors["weight"] = self.weight
         return self._vocab_sharded(prefix, tensors, sharded_offsets, metadata)
+
+
+def output_layers(model: nn.Module) -> list[ScaleOutputLayer]:
+    return [m for m in model.modules() if isinstance(m, ScaleOutputLayer)]
+
+
+@contextmanager
+def output_head(model: nn.Module, head: str) -> Iterator[None]:
+    """Temporarily choose the logits a SCALE model returns: adapt | preserve | route."""
+    layers = output_layers(model)
+    before = [layer.head for layer in layers]
+    for layer in layers:
+        layer.set_head(head)
+    try:
+        yield
+    finally:
+        for layer, h in zip(layers, before, strict=True):
+            layer.set_head(h)
+
+
+@contextmanager
+def router_settings(
+    model: nn.Module, tau: float | None = None, statistic: str | None = None, direction: str | None = None,
+    unit: str | None = None,
+) -> Iterator[None]:
+    """Temporarily route with another tau, statistic, direction and/or unit (None: keep the
+    model's). The router has no parameters, so this is all an evaluation-time override needs (a
+    unit other than token also needs the tokenizer's codes: set_unit_codes)."""
+    check_router(0.0, statistic or "cosine", "tau", "router statistic", direction or "above", "router direction",
+                 unit or "token", "router unit")
+    layers = output_layers(model)
+    before = [(layer.tau, layer.statistic, layer.direction, layer.unit) for layer in layers]
+    for layer in layers:
+        layer.tau = layer.tau if tau is None else float(tau)
+        layer.statistic = layer.statistic if statistic is None else statistic
+        layer.direction = layer.direction if direction is None else direction
+        layer.unit = layer.unit if unit is None else unit
+    try:
+        yield
+    finally:
+        for layer, (t, s, d, u) in zip(layers, before, strict=True):
+            layer.tau, layer.statistic, layer.direction, layer.unit = t, s, d, u
+
+
+def set_router_default(model: nn.Module, tau: float, statistic: str, direction: str = "above",
+                       unit: str | None = None) -> None:
+    """Make (tau, statistic, direction, unit) the model's router default: what it routes with and
+    what the checkpoints it saves record (scale.dims). unit None: keep the model's."""
+    unit = model.scale_dims.router_unit if unit is None else unit
+    check_router(tau, statistic, "tau", "router statistic", direction, "router direction", unit, "router unit")
+    model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic,
+                                           router_direction=direction, router_unit=unit)
+    for layer in output_layers(model):
+        layer.tau, layer.statistic, layer.direction, layer.unit = float(tau), statistic, direction, unit
+
+
+def set_unit_codes(model: nn.Module, codes: Any) -> None:
+    """Give the router the tokenizer's per-token codes (route_units.piece_codes over the model's
+    padded vocabulary), which a char or word unit needs; None takes them away."""
+    for layer in output_layers(model):
+        layer.unit_codes = None if codes is None else codes.to(layer.weight_up.device)

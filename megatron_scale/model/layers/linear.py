@@ -24,14 +24,14 @@ import torch
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.model.partition import (
+from megatron_scale.model.layers.partition import (
     BlockSplit,
     column_input,
     dp_group,
     expansion_sharded_state_dict,
     param_device,
 )
-from megatron_scale.model.fused import upscaled_gemm
+from megatron_scale.model.layers.fused import upscaled_gemm
 
 
 def _param(shape: tuple[int, int], config: Any, trainable: bool) -> nn.Parameter:

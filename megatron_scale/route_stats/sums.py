@@ -1,6 +1,6 @@
 """The router's partial sums over a vocab slice, (z_p.z_a, |z_p|^2, |z_a|^2) per token: the C++ op
 (csrc/route_stats.cpp, megatron_scale._C) on CPU where it is built, else its PyTorch twin.
-router_stats.py all-reduces them over TP into the cosine statistics.
+statistics.py all-reduces them over TP into the cosine statistics.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def extension() -> ModuleType | None:
         return None
 
 
-def _rows(z: torch.Tensor) -> torch.Tensor | None:
+def _token_rows(z: torch.Tensor) -> torch.Tensor | None:
     """z as a 2-D [tokens, V] view with unit stride along V, or None if it is not one."""
     if z.dim() == 0 or z.stride(-1) != 1 and z.shape[-1] > 1:
         return None
@@ -55,7 +55,7 @@ def route_statistics_cpp(z_p: torch.Tensor, z_a: torch.Tensor) -> torch.Tensor |
         return None
     if z_p.dtype not in _EXT_DTYPES or z_a.dtype != z_p.dtype:
         return None
-    p2, a2 = _rows(z_p), _rows(z_a)
+    p2, a2 = _token_rows(z_p), _token_rows(z_a)
     if p2 is None or a2 is None:
         return None
     ext = extension()

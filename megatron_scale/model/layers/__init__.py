@@ -1,0 +1,11 @@
+"""The model's layers: megatron-core modules and layer specs (no builder, no checkpoint I/O).
+
+    spec.py                 the layer specs (SCALE's, and the Llama ones the other methods use)
+    linear.py, fused.py     the SCALE linears and their fused GEMMs; te_linear.py, te.py: on TE
+    partition.py            how a SCALE linear's blocks are split across TP ranks
+    norm.py                 RMSNorm over the widened hidden state
+    heads.py                the two-table embedding and two-headed output layer, and the
+                            functions that choose a built model's head and router settings
+    routing.py, route_units.py   the SCALE-Route router and its token/char/word units
+    lora.py                 LoRA linears (the LoRA baseline)
+"""
