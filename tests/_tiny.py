@@ -2,7 +2,10 @@
 
 The architecture is a LlamaArgs record (ARGS), its TransformerConfig the product's
 (LlamaArgs.transformer_config), its state dict keyed and shaped by the product's key table
-(convert/keymap.py), the base built on build_model's layer spec.
+(convert/keymap.py), and its models the product's: build_base and build_scale call build_model
+with the method that trains them (Full; Scale at the geometry a ScaleConfig resolves to) at the
+layout of the TransformerConfig they are given. Only a GPTModel keyword build_model does not take
+(a layer backend, parallel_output) builds the SCALE model from build_scale_gpt directly.
 
 The base weights are drawn once as full (global) tensors in checkpoint keys, so the TP=1 and
 TP=2 models in a test are the same model, sharded differently. Call inside a process whose
@@ -20,9 +23,9 @@ import torch
 from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfig
 from megatron_scale.convert.keymap import megatron_shapes
+from megatron_scale.methods import Full, Scale
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.build import build_scale_gpt
-from megatron_scale.model.layers.spec import llama_block_spec
+from megatron_scale.model.build import Kernels, Parallel, build_model, build_scale_gpt
 from megatron_scale.model.weights.state import load_global_state_dict
 from megatron_scale.upscale import load_upscaled
 
@@ -75,12 +78,30 @@ def base_state_dict(tied: bool, seed: int = 0) -> dict[str, torch.Tensor]:
     return sd
 
 
+KERNELS = Kernels(initialize=True, init_method_std=0.05)
+"""How the tiny models' weights start (base_config's random init)."""
+
+
+def layout(cfg: Any) -> Parallel:
+    """The model-parallel layout of a TransformerConfig (base_config's)."""
+    return Parallel(tp=cfg.tensor_model_parallel_size, pp=cfg.pipeline_model_parallel_size,
+                    sequence_parallel=cfg.sequence_parallel)
+
+
+def _stage_kwargs(gpt_kwargs: dict[str, Any]) -> None:
+    """pre_process / post_process as a test passes them: what build_model gives this stage."""
+    own = {"pre_process": mc.parallel_state.is_pipeline_first_stage(),
+           "post_process": mc.parallel_state.is_pipeline_last_stage()}
+    for key, value in gpt_kwargs.items():
+        if key not in own or own[key] != value:
+            raise ValueError(f"_tiny: {key}={value!r} is not what build_model builds here ({own})")
+
+
 def build_base(cfg: Any, tied: bool, state: dict[str, torch.Tensor], **gpt_kwargs: Any) -> Any:
-    model = mc.GPTModel(  # the layer build_model gives full / freeze / llama-pro (model/spec.py)
-        cfg, llama_block_spec(cfg), vocab_size=VOCAB,
-        max_sequence_length=SEQ, share_embeddings_and_output_weights=tied,
-        position_embedding_type="rope", **gpt_kwargs,
-    )
+    """The base as build_model builds it for full / freeze / llama-pro (Full: every weight
+    trains), at `cfg`'s layout, loaded with the global `state`."""
+    _stage_kwargs(gpt_kwargs)
+    model = build_model(args(tied), Full(), layout(cfg), KERNELS)
     load_global_state_dict(model, state)
     return model.to(device())
 
@@ -88,10 +109,15 @@ def build_base(cfg: Any, tied: bool, state: dict[str, torch.Tensor], **gpt_kwarg
 def build_scale(
     cfg: Any, scale: ScaleConfig, tied: bool, state: dict[str, torch.Tensor], **gpt_kwargs: Any
 ) -> Any:
-    model = build_scale_gpt(
-        cfg, scale, vocab_size=VOCAB, max_sequence_length=SEQ, tied_embeddings=tied,
-        position_embedding_type="rope", **gpt_kwargs,
-    )
+    """The SCALE model `scale` resolves to on the base, as build_model builds it at `cfg`'s
+    layout, upscaled from the global base `state` (upscale.load_upscaled)."""
+    if {"backend", "parallel_output"} & gpt_kwargs.keys():  # GPTModel keywords build_model does not take
+        model = build_scale_gpt(cfg, scale, vocab_size=VOCAB, max_sequence_length=SEQ, tied_embeddings=tied,
+                                position_embedding_type="rope", **gpt_kwargs)
+    else:
+        _stage_kwargs(gpt_kwargs)
+        method = Scale.of(scale, args(tied), cfg.tensor_model_parallel_size)
+        model = build_model(args(tied), method, layout(cfg), KERNELS)
     load_upscaled(model, state)
     return model.to(device())
 
