@@ -1,4 +1,5 @@
-"""Every upscaled module equals a dense reference, forward and backward, at TP=1 and TP=2.
+"""Every upscaled module equals a dense reference, forward and backward, at TP=1 and TP=2: the
+shared harness of tests/model/test_linear.py, test_norm.py, test_heads.py and test_partition.py.
 
 scale-method.md, "What must hold" 4. For each module the test takes the GLOBAL tensors
 (`global_state_dict`, checkpoint keys) and builds the reference from them alone:
@@ -26,16 +27,18 @@ out); ScaleVocabParallelEmbedding (reference: nn.Linear(V, d+d') on one-hot ids)
 ScaleOutputLayer untied and tied (base weight passed to forward, taken from an embedding), heads
 "adapt" (z_a = [W_out W_out_up][h; h_up]) and "preserve" (z_p = [W_out 0][h; h_up], and
 W_out_up gets no gradient).
-One 2-rank gloo spawn runs everything at TP=1 (two identical data-parallel replicas), then at TP=2.
-Every rank's max errors come back, and the set of checked (tp, module, quantity) must be complete.
+One 2-rank gloo spawn (`results()`, once per test process) runs everything at TP=1 (two identical
+data-parallel replicas), then at TP=2. Every rank's max errors come back; each test file checks
+its modules' (tp, module, quantity) set is complete (`checked`) and their errors (`errors`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -374,9 +377,9 @@ def _expected() -> tuple[dict[tuple[int, str], set[str]], dict[tuple[int, str], 
     return quantities, keys
 
 
-@pytest.fixture(scope="module")
+@functools.cache
 def results() -> dict[str, Any]:
-    """Max over ranks of every error; the keys each rank saw."""
+    """Max over ranks of every error; the keys each rank saw (one spawn per test process)."""
     per_rank = run_ranks(_body, 2)
     errors: dict[tuple[int, str, str], float] = {}
     for res in per_rank:
@@ -385,55 +388,33 @@ def results() -> dict[str, Any]:
     return {"errors": errors, "keys": [res["keys"] for res in per_rank], "ranks": len(per_rank)}
 
 
-def _errors(results: dict, tp: int, quantities: tuple[str, ...]) -> dict[tuple[int, str, str], float]:
-    return {k: v for k, v in results["errors"].items() if k[0] == tp and k[2] in quantities}
+def is_linear(module: str) -> bool:
+    return module.split("[")[0] in LINEARS
 
 
-@pytest.mark.dist
-def test_every_case_was_checked(results: dict) -> None:
-    want, _ = _expected()
+def is_head(module: str) -> bool:
+    return module == "embedding" or module.startswith("output[")
+
+
+def is_norm(module: str) -> bool:
+    return module == "norm"
+
+
+def checked(res: dict[str, Any], which: Callable[[str], bool]) -> tuple[dict, dict]:
+    """(the quantities checked per (tp, module), the ones expected) for the modules `which` picks."""
+    want = {k: v for k, v in _expected()[0].items() if which(k[1])}
     got: dict[tuple[int, str], set[str]] = {}
-    for tp, module, quantity in results["errors"]:
-        got.setdefault((tp, module), set()).add(quantity)
-    assert got == want
+    for tp, module, quantity in res["errors"]:
+        if which(module):
+            got.setdefault((tp, module), set()).add(quantity)
+    assert want, "no module picked"
+    return got, want
 
 
-@pytest.mark.dist
-def test_global_blocks_are_the_checkpoint_keys(results: dict) -> None:
-    _, want = _expected()
-    assert results["ranks"] == 2
-    for keys in results["keys"]:
-        assert keys == want
+def errors(res: dict[str, Any], which: Callable[[str], bool], tp: int, quantities: tuple[str, ...]) -> dict:
+    """The errors of the modules `which` picks at `tp`, for `quantities`."""
+    return {k: v for k, v in res["errors"].items() if k[0] == tp and k[2] in quantities and which(k[1])}
 
 
-@pytest.mark.dist
-@pytest.mark.parametrize("tp", TPS)
-def test_forward_equals_dense_reference(results: dict, tp: int) -> None:
-    errs = _errors(results, tp, ("out",))
-    assert errs
-    assert {k: v for k, v in errs.items() if not v <= ATOL} == {}
-
-
-@pytest.mark.dist
-@pytest.mark.parametrize("tp", TPS)
-def test_input_gradients_equal_dense_reference(results: dict, tp: int) -> None:
-    errs = _errors(results, tp, ("grad_in",))
-    assert errs
-    assert {k: v for k, v in errs.items() if not v <= ATOL} == {}
-
-
-@pytest.mark.dist
-@pytest.mark.parametrize("tp", TPS)
-def test_trainable_gradients_equal_dense_gradient_blocks(results: dict, tp: int) -> None:
-    quantities = ("grad_W21", "grad_W22", "grad_W12", "grad_g_up", "grad_E_up", "grad_W_out_up", "no_grad_W_out_up")
-    errs = _errors(results, tp, quantities)
-    assert {k[2] for k in errs} == set(quantities)
-    assert {k: v for k, v in errs.items() if not v <= ATOL} == {}
-
-
-@pytest.mark.dist
-@pytest.mark.parametrize("tp", TPS)
-def test_frozen_base_gets_no_gradient(results: dict, tp: int) -> None:
-    errs = _errors(results, tp, ("frozen_no_grad",))
-    assert errs
-    assert {k: v for k, v in errs.items() if v != 0.0} == {}
+def expected_keys() -> dict[tuple[int, str], list[str]]:
+    return _expected()[1]
