@@ -26,6 +26,7 @@
 set -euo pipefail
 
 die() { echo "scale_korean.sh: error: $*" >&2; exit 2; }
+SCALE_JOB_START=$(date +%s); export SCALE_JOB_START   # "so far" in each step's header: this run's time
 ON_SLURM=0; [ -n "${SLURM_JOB_ID:-}" ] && ON_SLURM=1
 if [ -z "${SCALE_REPO:-}" ]; then   # sbatch runs a copy of this file, so $0 is no guide there
   if [ "$ON_SLURM" = 1 ]; then SCALE_REPO=${SLURM_SUBMIT_DIR:-$PWD}

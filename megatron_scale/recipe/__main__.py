@@ -28,23 +28,33 @@ from pathlib import Path
 
 from megatron_scale.recipe.array import part_of, record_exit, submit
 from megatron_scale.recipe.lock import Locks, holder_of
+from megatron_scale.recipe.progress import Timings, duration, estimate, job_start, where
 from megatron_scale.recipe.settings import Settings, SettingsError
 from megatron_scale.recipe.steps import Action, Command, actions
 
 
 def _next(s: Settings, todo: list[Action], k: int, locks: Locks, again: bool, part: str | None) -> list[str]:
     locks.release_all()
+    timings = Timings(s.workdir)
+    if k > 1 and not again:
+        _ended(timings, todo[k - 2])
+    started_at = job_start(os.environ)
     if k > len(todo):
         w = s.workdir
+        took = f" in {duration(time.time() - started_at)}" if started_at is not None else ""
         if part in (None, "report"):
-            _say(f"\ndone: table {w}/report/report.md, curves {w}/report/perplexity.png, models {w}/hf/"
+            _say(f"\ndone{took}: table {w}/report/report.md, curves {w}/report/perplexity.png"
+                 + (f", models {w}/hf/" if s.export else "")
                  + (f", generations {w}/report/generations.md" if s.export and s.samples else ""))
         else:
-            _say(f"\ndone: {part}")
+            _say(f"\ndone{took}: {part}")
         return ["end"]
     action = todo[k - 1]
     if not again and (k == 1 or todo[k - 2].step != action.step):
-        _say(f"\n==> [{time.strftime('%H:%M:%S')}] step {action.step}: {action.title}")
+        left, unknown = estimate(_work_left(todo[k - 1:]), timings.read(), s.step_hints)
+        progress = where(action.step, todo[-1].step if part is None else max(a.step for a in todo),
+                         started_at, left, unknown)
+        _say(f"\n==> [{time.strftime('%H:%M:%S')}] step {action.step}: {action.title}\n    {progress}")
     holder = locks.acquire(action.key)
     if holder is not None:
         if not again:
@@ -54,14 +64,38 @@ def _next(s: Settings, todo: list[Action], k: int, locks: Locks, again: bool, pa
     got = action.resolve()
     if isinstance(got, str):
         locks.release(action.key)
-        _say(got)
+        _say(f"skipped, done before: {got}")
         return ["skip"]
     bad = [a for a in got.args if "\n" in a]
     if bad:
         raise SettingsError(f"an argument holds a newline: {bad[0]!r}")
     if got.note:
         _say(got.note)
+    timings.started(action.key, action.work())
     return [got.kind, *got.args]
+
+
+def _work_left(todo: list[Action]) -> dict[str, int]:
+    """The actions not done yet, each with its work (a training's iterations left, else 1). An
+    action that cannot decide yet (its inputs are not made) is to do."""
+    left = {}
+    for a in todo:
+        try:
+            if isinstance(a.resolve(), str):
+                continue
+        except (SettingsError, OSError, ValueError):
+            pass
+        left[a.key] = a.work()
+    return left
+
+
+def _ended(timings: Timings, action: Action) -> None:
+    """`action` was the last one launched (or skipped): keep its time if it is done now."""
+    try:
+        done = isinstance(action.resolve(), str)
+    except (SettingsError, OSError, ValueError):
+        done = False
+    timings.ended(action.key, done)
 
 
 def _done(todo: list[Action], k: int) -> str:
@@ -116,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         elif argv[0] == "exit":
             locks.release_all()
             k, rc = int(argv[1]), int(argv[2])
+            if 1 <= k <= len(todo):
+                _ended(Timings(s.workdir), todo[k - 1])
             if part:
                 step = f"{todo[k - 1].step}: {todo[k - 1].title}" if 1 <= k <= len(todo) else "(none)"
                 record_exit(s, part, step, rc, finished=k > len(todo), env=os.environ)

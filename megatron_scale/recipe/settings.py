@@ -124,6 +124,13 @@ class Settings:
     route_min_new_adapt: float = 0.5
     """ROUTE_MIN_NEW_ADAPT: and is reported as reaching its target when it sends at least this share
     of Korean tokens to z_a."""
+    route_unit: str = "token"
+    """ROUTE_UNIT: token, char or word: what one routing decision covers in the calibrated router
+    (the sweep's first --route-units, each unit deciding by its first token; char and word need a
+    byte-level BPE tokenizer, as SmolLM2's)."""
+    route_statistic: str = "cosine"
+    """ROUTE_STATISTIC: the router statistic whose calibrated tau the sweep records in
+    scale-route's calibrated checkpoint, which the benchmarks and the export then use."""
     export: bool = True
     """EXPORT: 1 exports every run to Hugging Face."""
     verify_export: bool = True
@@ -146,6 +153,10 @@ class Settings:
     a preparation job, one array task per method, a report job (megatron_scale/recipe/array.py)."""
     lock_poll: int = 30
     """LOCK_POLL: seconds between looks at a step another job is doing (its lock in $WORKDIR/locks)."""
+    step_seconds: tuple[str, ...] = ()
+    """STEP_SECONDS: KIND=SECONDS words (train and base per iteration; upscale, export, benchmark, ...
+    per step), what each kind of step took on a reference machine: the first estimate of the time
+    left, before this WORKDIR has timed a step of that kind (megatron_scale/recipe/progress.py)."""
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -165,8 +176,14 @@ class Settings:
                                 "(a standard error needs two)")
         if self.benchmarks and not re.fullmatch(r"[a-z0-9_]+(,[a-z0-9_]+)*", self.benchmarks):
             raise SettingsError(f"BENCHMARKS={self.benchmarks!r} is not comma-separated task names")
+        self.step_hints  # noqa: B018  (checks STEP_SECONDS)
         if self.lock_poll < 1:
             raise SettingsError(f"LOCK_POLL={self.lock_poll} must be at least 1 (seconds)")
+        if self.route_unit not in ("token", "char", "word"):
+            raise SettingsError(f"ROUTE_UNIT={self.route_unit!r}: choose token, char or word")
+        if self.route_statistic not in ("cosine", "centered-cosine", "max-prob", "certainty"):
+            raise SettingsError(f"ROUTE_STATISTIC={self.route_statistic!r}: choose cosine, centered-cosine, "
+                                "max-prob or certainty")
         if self.route_sweep_samples < 1:
             raise SettingsError(f"ROUTE_SWEEP_SAMPLES={self.route_sweep_samples} must be at least 1")
         for name in ("route_keep_old", "route_min_new_adapt"):
@@ -180,6 +197,22 @@ class Settings:
     def from_scratch(self) -> bool:
         """The base is the tiny Llama pre-trained here, not a converted HF model."""
         return not self.hf_model
+
+    @property
+    def step_hints(self) -> dict[str, float]:
+        """STEP_SECONDS as {kind: seconds} (train and base: per iteration)."""
+        out: dict[str, float] = {}
+        for item in self.step_seconds:
+            kind, sep, value = item.partition("=")
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = -1.0
+            if not sep or not kind or not seconds >= 0:
+                raise SettingsError(f"STEP_SECONDS: {item!r} is not KIND=SECONDS (e.g. train=8.5 export=30; "
+                                    "train and base per iteration)")
+            out[kind] = seconds
+        return out
 
     def lr_of(self, method: str) -> str:
         return self.method_lr.get(method, self.lr)

@@ -62,6 +62,9 @@ class Action:
     """What it writes, as a lock name ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
     part: str
     """The job of an ARRAY=1 submission that runs it: "prepare", its method, or "report"."""
+    work: Callable[[], int] = lambda: 1
+    """Its work left, for the estimate of time left (recipe/progress.py): a training's iterations
+    still to run, 1 for anything else."""
 
 
 def done_iters(run: Path) -> int:
@@ -211,23 +214,40 @@ class Recipe:
     def sweep_dir(self) -> Path:
         return self.run_dir("scale-route") / "sweep"
 
+    def calibrated(self) -> Path:
+        """scale-route's checkpoint with the sweep's calibrated router as its default (tools/route_sweep.py --save)."""
+        return self.sweep_dir() / "calibrated"
+
+    def final(self, method: str) -> Path:
+        """The checkpoint a method's benchmarks and export read: its run's last, or for SCALE-Route
+        swept, the calibrated one."""
+        if method == "scale-route" and sweeps(self.s):
+            return self.calibrated()
+        return last_ckpt(self.run_dir(method))
+
     def route_sweep(self) -> Command | str:
         """SCALE-Route's router at every tau of every statistic, from one pass over the first
         ROUTE_SWEEP_SAMPLES windows of the held-out English and Korean sets; tau calibrated on the
-        next as many windows (held out from the evaluated ones). Done when sweep.json records the
-        run's last checkpoint and these settings."""
+        next as many windows (held out from the evaluated ones), a decision per ROUTE_UNIT (each
+        unit deciding by its first token, as the model does), and ROUTE_STATISTIC's calibrated
+        router saved as the run's calibrated checkpoint. Done when sweep.json records the run's
+        last checkpoint and these settings."""
         s, out, load = self.s, self.sweep_dir(), last_ckpt(self.run_dir("scale-route"))
         n = s.route_sweep_samples
+        units = [s.route_unit] + (["token"] if s.route_unit != "token" else [])
         want = {"load": str(load), "samples": n, "seq_length": s.seq_length, "keep_old": s.route_keep_old,
-                "min_new_adapt": s.route_min_new_adapt, "calibration_skip": n, "direction": "auto"}
-        if _recorded_settings(out / "sweep.json", want):
+                "min_new_adapt": s.route_min_new_adapt, "calibration_skip": n, "direction": "auto",
+                "units": units, "pool": "first", "calibrate_with": s.route_statistic, "save": str(self.calibrated())}
+        if _recorded_settings(out / "sweep.json", want) and self.calibrated().is_dir():
             return f"swept: {out / 'sweep.json'}"
         return _single("tools/route_sweep.py", "--load", load, "--old-data", f"en={self.en_eval}",
                        "--new-data", f"ko={self.ko_eval}", "--out", out, "--seq-length", s.seq_length,
                        "--samples", n, "--batch-size", s.micro_batch, "--tensor-model-parallel-size", s.tp,
                        "--keep-old", s.route_keep_old, "--min-new-adapt", s.route_min_new_adapt,
                        "--calibration-old-data", self.en_eval, "--calibration-new-data", self.ko_eval,
-                       "--calibration-skip", n)
+                       "--calibration-skip", n, "--route-units", *units, "--route-pool", "first",
+                       *(["--tokenizer", self.tokenizer] if s.route_unit != "token" else []),
+                       "--calibrate-with", s.route_statistic, "--save", self.calibrated())
 
     def eval_dir(self) -> Path:
         return self.s.workdir / "report" / "eval"
@@ -255,7 +275,7 @@ class Recipe:
         """BENCHMARKS on the base's checkpoint (name "base") or a method's last one. Done when its
         JSON records that checkpoint, the tasks and the limit."""
         s = self.s
-        ckpt = self.base() if name == "base" else last_ckpt(self.run_dir(name))
+        ckpt = self.base() if name == "base" else self.final(name)
         out = self.eval_dir() / f"{name}.json"
         limit = s.benchmark_limit or None
         try:
@@ -307,15 +327,25 @@ class Recipe:
         s, out = self.s, self.s.workdir / "hf" / method
         if out.is_dir():
             return f"exported: {out}"
-        return _single("tools/convert_megatron_to_hf.py", "--load", last_ckpt(self.run_dir(method)), "--save", out,
+        return _single("tools/convert_megatron_to_hf.py", "--load", self.final(method), "--save", out,
                        "--tokenizer", self.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else []))
 
-    def samples(self) -> Command:
-        """Greedy English and Korean continuations of the HF base (when there is one) and every export."""
+    def samples(self) -> Command | str:
+        """Greedy English and Korean continuations of the HF base (when there is one) and every export.
+        Skipped when generations.json holds these models and is newer than each one's config.json."""
         s = self.s
-        base = [] if s.from_scratch else ["--model", f"base={s.hf_model}"]
-        models = [a for m in self.finished() for a in ("--model", f"{m}={s.workdir / 'hf' / m}")]
-        return _single("tools/generate_samples.py", *base, *models, "--output", s.workdir / "report")
+        folders = ({} if s.from_scratch else {"base": Path(s.hf_model)}) | {
+            m: s.workdir / "hf" / m for m in self.finished()}
+        out = s.workdir / "report" / "generations.json"
+        try:
+            current = (list(json.loads(out.read_text())) == list(folders) and all(
+                out.stat().st_mtime >= (f / "config.json").stat().st_mtime for f in folders.values()))
+        except (OSError, ValueError):
+            current = False
+        if current:
+            return f"generations written: {out.with_suffix('.md')}"
+        return _single("tools/generate_samples.py", *(a for n, f in folders.items() for a in ("--model", f"{n}={f}")),
+                       "--output", s.workdir / "report")
 
     def lm_eval(self, method: str) -> Command:
         s = self.s
@@ -365,7 +395,17 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
         if s.samples:
             steps.append(("greedy generations in English and Korean (report/generations.md)", "report",
                           [("samples", r.samples)]))
-    listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where)
+    def work(key: str) -> Callable[[], int]:
+        if key.startswith("train-"):
+            run, iters = r.run_dir(key.removeprefix("train-")), s.train_iters
+        elif key == "base" and s.from_scratch:
+            run, iters = r.base_run, s.base_iters
+        else:
+            return lambda: 1
+        return lambda: max(0, iters - done_iters(run))
+
+    listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where,
+                     work=work(item[0]))
               for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
     return [a for a in listed if part is None or a.part == part]
 

@@ -319,12 +319,28 @@ def test_route_sweep_follows_scale_route_and_feeds_the_report(tmp_path: Path) ->
     assert (a.keep_old, a.min_new_adapt) == (0.9, 0.5)
     assert (a.calibration_old_data, a.calibration_new_data) == (str(data / "en_valid_text_document"),
                                                                 str(data / "ko_valid_text_document"))
+    # the default router unit and statistic; the calibrated router is saved, and the export reads it
+    assert (a.route_units, a.route_pool, a.tokenizer, a.calibrate_with, a.save) == (
+        ["token"], "first", None, "cosine", str(run / "sweep" / "calibrated"))
+    assert _flag(list(got[8].args), "--load") == str(run / "sweep" / "calibrated")
     report = got[7]
     assert isinstance(report, Command) and _flag(list(report.args), "--route-sweep") == str(run / "sweep" / "sweep.json")
     # done: sweep.json records what the tool would record for this command
     (run / "sweep").mkdir()
     (run / "sweep" / "sweep.json").write_text(json.dumps({"settings": route_sweep.settings_of(a).record()}))
+    assert isinstance(_resolved(s)[4], Command)  # no calibrated checkpoint yet
+    (run / "sweep" / "calibrated").mkdir()
     assert _resolved(s)[4] == f"swept: {run / 'sweep' / 'sweep.json'}"
+    # ROUTE_UNIT char: per character (then per token, for comparison) with the tokenizer; ROUTE_STATISTIC
+    char = _settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="8", ROUTE_KEEP_OLD="0.9",
+                     ROUTE_UNIT="char", ROUTE_STATISTIC="centered-cosine")
+    c = route_sweep.parser().parse_args(_resolved(char)[4].args[1:])  # type: ignore[union-attr]
+    assert (c.route_units, c.route_pool, c.tokenizer, c.calibrate_with) == (
+        ["char", "token"], "first", str(data / "tokenizer"), "centered-cosine")
+    for var, value, message in (("ROUTE_UNIT", "byte", "ROUTE_UNIT='byte': choose token, char or word"),
+                                ("ROUTE_STATISTIC", "mean", "ROUTE_STATISTIC='mean': choose cosine")):
+        with pytest.raises(SettingsError, match=message):
+            _settings(tmp_path, **{var: value})
     assert isinstance(_resolved(_settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="16",
                                           ROUTE_KEEP_OLD="0.9"))[4], Command)
     (run / "latest_checkpointed_iteration.txt").write_text("150\n")  # trained further: sweep again
