@@ -112,9 +112,14 @@ def check_method_record(method: RecordedMethod, records: CheckpointRecords, dire
     """Refuse a checkpoint whose record is not `method`'s: another kind of model (plain GPT, SCALE,
     LoRA adapters or none), another SCALE geometry (the router's settings aside), another LoRA
     rank or alpha. The message names the directory and the first field that differs."""
-    mine = method.record()
-    _check_dims(mine.get("dims"), records.dims, directory)
-    _check_lora(mine.get("lora"), records.lora, directory)
+    mine = dict(method.record())
+    _check_dims(mine.pop("dims"), records.dims, directory)
+    _check_lora(mine.pop("lora", None), records.lora, directory)
+    theirs = records.scale or {}
+    for key, value in mine.items():  # a method's own entries
+        if theirs.get(key) != value:
+            raise CheckpointError(f"{directory}: scale.{key} is {theirs.get(key)!r} but the model's method "
+                                  f"({getattr(method, 'name', type(method).__name__)}) records {value!r}")
 
 
 def check_lora_record(method: RecordedMethod, directory: str | os.PathLike,

@@ -49,7 +49,7 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
     from megatron_scale import _mcore as mc
     from megatron_scale.methods import Freeze, Full, LlamaPro, Lora, Scale, recorded_method
     from megatron_scale.model.layers.lora import LoraSettings
-    from megatron_scale.records import scale_record
+    from megatron_scale.records import CheckpointRecords, scale_record
 
     dims = _dims()
     lora = Lora(settings=LoraSettings(rank=4, alpha=8.0, dropout=0.1, seed=5))
@@ -64,7 +64,11 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
     for method, record in want.items():
         got = scale_record(method, "d")
         assert list(got.items()) == list(record.items()), method  # same keys, same order, same values
-    back = {m.name: recorded_method(None if r["dims"] is None else dims, r.get("lora")) for m, r in want.items()}
+    def records(record: dict) -> CheckpointRecords:
+        return CheckpointRecords(directory=Path("ckpt"), model_args=None, dims=None if record["dims"] is None else dims,
+                                 lora=record.get("lora"), train_state=None, layout=None, digest="d", scale=record)
+
+    back = {m.name: recorded_method(records(r)) for m, r in want.items()}
     assert back == {"full": Full(), "freeze": Full(), "llama-pro": Full(), "scale-adapt": Scale(dims=dims),
                     "lora": Lora(settings=LoraSettings(rank=4, alpha=8.0))}
 
@@ -101,3 +105,38 @@ def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path)
     for method, recs, message in refusals:
         with pytest.raises(CheckpointError, match=f"{tmp_path}.*{message}"):
             check_method_record(method, recs, tmp_path)
+
+
+def test_a_new_methods_own_record_entry_is_written_checked_and_read_back(tmp_path: Path) -> None:
+    """A method with an entry of its own (here a throwaway subclass of Full) needs no change
+    outside its class: scale_record writes the entry, a load refuses a checkpoint without it or
+    with another value, naming the key, and a record carrying it is no plain model's (Full does
+    not answer, so recorded_method refuses it rather than build the wrong model)."""
+    from dataclasses import dataclass
+    from typing import Any
+
+    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.methods import Full, recorded_method
+    from megatron_scale.records import CheckpointRecords, scale_record
+
+    @dataclass(kw_only=True, frozen=True)
+    class Tagged(Full):
+        names = ("tagged",)
+
+        def record(self) -> dict[str, Any]:
+            return {"dims": None, "tag": 3}
+
+    record = scale_record(Tagged(), "d")
+    assert list(record) == ["frozen_digest", "dims", "mcore_version", "tag"] and record["tag"] == 3
+
+    def records(scale: dict) -> CheckpointRecords:
+        return CheckpointRecords(directory=tmp_path, model_args=None, dims=None, lora=None, train_state=None,
+                                 layout=None, digest="d", scale=scale)
+
+    check_method_record(Tagged(), records(record), tmp_path)
+    for scale, shown in (({**record, "tag": 4}, "4"), (scale_record(Full(), "d"), "None")):
+        with pytest.raises(CheckpointError, match=f"{tmp_path}: scale.tag is {shown} but the model's method .* records 3"):
+            check_method_record(Tagged(), records(scale), tmp_path)
+    assert recorded_method(records(scale_record(Full(), "d"))) == Full()
+    with pytest.raises(CheckpointError, match=r"scale record .*'tag'.* describes 0 training methods"):
+        recorded_method(records(record))

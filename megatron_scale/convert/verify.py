@@ -62,7 +62,9 @@ def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None
                           head: str, dtype: torch.dtype, unit_codes: torch.Tensor | None = None, *,
                           device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
-    model = build_model(dataclasses.replace(args, params_dtype="float32"), recorded_method(dims, lora)).to(device).eval()
+    # the geometry and adapters given (an export's router override replaces the recorded router)
+    method = recorded_method(dataclasses.replace(reader.records, dims=dims, lora=lora))
+    model = build_model(dataclasses.replace(args, params_dtype="float32"), method).to(device).eval()
     load_fp32(model, reader, dtype)
     if dims is None:
         return megatron_forward(model, ids, device)

@@ -76,7 +76,7 @@ def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tupl
     if args.num_layers % pp:
         raise ValueError(f"--pipeline-model-parallel-size {pp}: {reader.dir} has {args.num_layers} layers, "
                          f"not a multiple of it")
-    method = recorded_method(reader.dims, reader.lora)
+    method = recorded_method(reader.records)
     model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device).eval()
     load_checkpoint(model, reader.dir, method=method)
     return model, reader

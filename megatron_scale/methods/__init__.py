@@ -12,15 +12,13 @@ the method flags (training/config.py MethodConfig) follow from this list.
 
 from __future__ import annotations
 
-from typing import Any
-
-from megatron_scale.config import ScaleDims
 from megatron_scale.methods.base import Given, TrainingMethod
 from megatron_scale.methods.freeze import Freeze
 from megatron_scale.methods.full import Full
 from megatron_scale.methods.llama_pro import LlamaPro
 from megatron_scale.methods.lora import Lora
 from megatron_scale.methods.scale import Scale
+from megatron_scale.records import CheckpointError, CheckpointRecords
 
 METHOD_CLASSES: tuple[type[TrainingMethod], ...] = (Scale, Full, Freeze, LlamaPro, Lora)
 NAMES: tuple[str, ...] = tuple(name for cls in METHOD_CLASSES for name in cls.names)
@@ -40,11 +38,11 @@ def method_class(name: str) -> type[TrainingMethod]:
     raise ValueError(f"--method {name}: choose from {', '.join(NAMES)}")
 
 
-def recorded_method(dims: ScaleDims | None, lora: dict[str, Any] | None) -> TrainingMethod:
+def recorded_method(records: CheckpointRecords) -> TrainingMethod:
     """The method a checkpoint's records describe (its SCALE geometry, its LoRA rank and alpha, or
     neither: a plain model, built as `Full`): the one class whose `from_record` answers."""
-    found = [m for cls in METHOD_CLASSES if (m := cls.from_record(dims, lora)) is not None]
+    found = [m for cls in METHOD_CLASSES if (m := cls.from_record(records)) is not None]
     if len(found) != 1:
-        raise ValueError(f"a checkpoint record (dims {'set' if dims else 'None'}, lora {lora!r}) describes "
-                         f"{len(found)} methods: {', '.join(m.name for m in found) or 'none'}")
+        raise CheckpointError(f"{records.directory}: its scale record {sorted(records.scale or {})} describes "
+                              f"{len(found)} training methods ({', '.join(m.name for m in found) or 'none'}), not one")
     return found[0]

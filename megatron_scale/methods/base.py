@@ -10,7 +10,7 @@ what of it trains, where its first weights come from, and what its checkpoints r
         def load_initial(...)                   # its first weights, from a base or its own checkpoint
         def record(self) -> dict                # what its checkpoints record (records.py `scale`)
         @classmethod
-        def from_record(cls, dims, lora)        # itself, from a checkpoint's record (or None)
+        def from_record(cls, records)           # itself, from a checkpoint's records (or None)
 
 megatron_scale/methods/__init__.py lists the classes; `--method`'s choices and the method flags
 come from that list. build_model (model/build.py) asks only `model_layers` and `build`.
@@ -29,7 +29,6 @@ from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import is_lora_key
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.config import ScaleDims
 from megatron_scale.records import CheckpointRecords
 
 
@@ -143,12 +142,14 @@ class TrainingMethod:
     def record(self) -> dict[str, Any]:
         """What its checkpoints record in the `scale` record (records.scale_record): `dims`, the
         SCALE geometry's record (None: a plain GPT model, as here), and any entry of its own
-        (LoRA: `lora`). A load compares it with the checkpoint's (checkpoint.check_method_record)."""
+        (LoRA: `lora`; a new method may add one under a new key). A load compares every entry
+        with the checkpoint's (checkpoint.check_method_record)."""
         return {"dims": None}
 
     @classmethod
-    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> TrainingMethod | None:
-        """This method as a checkpoint records it (its geometry `dims`, its LoRA record `lora`), or
-        None when the record is not this method's. A method recorded as a plain model (Freeze,
-        LLaMA-Pro) answers None: `Full` stands for it (methods.recorded_method)."""
+    def from_record(cls, records: CheckpointRecords) -> TrainingMethod | None:
+        """This method as a checkpoint's records describe it (`records.dims`, `records.lora`, or
+        an entry of its own in `records.scale`), or None when they are not this method's. A method
+        recorded as a plain model (Freeze, LLaMA-Pro) answers None: `Full` stands for it
+        (methods.recorded_method)."""
         return None

@@ -4,10 +4,13 @@ and on forgetting)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from megatron_scale.config import ScaleDims
 from megatron_scale.methods.base import TrainingMethod
+from megatron_scale.records import CheckpointRecords
+
+
+PLAIN_RECORD = {"frozen_digest", "dims", "mcore_version"}
+"""The `scale` record's keys for a plain model."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -17,6 +20,8 @@ class Full(TrainingMethod):
     names = ("full",)
 
     @classmethod
-    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Full | None:
-        """A plain GPT model's record (no geometry, no adapters): built as Full."""
-        return cls() if dims is None and lora is None else None
+    def from_record(cls, records: CheckpointRecords) -> Full | None:
+        """A plain GPT model's record (no geometry, no adapters, no entry of another method's):
+        built as Full."""
+        plain = records.dims is None and records.lora is None
+        return cls() if plain and not set(records.scale or {}) - PLAIN_RECORD else None

@@ -9,7 +9,6 @@ from typing import Any
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint import check_lora_record
-from megatron_scale.config import ScaleDims
 from megatron_scale.flags import flag
 from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
 from megatron_scale.model.args import LlamaArgs
@@ -74,8 +73,9 @@ class Lora(TrainingMethod):
         return {"dims": None, "lora": self.settings.record()}
 
     @classmethod
-    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Lora | None:
-        if dims is not None or lora is None:
+    def from_record(cls, records: CheckpointRecords) -> Lora | None:
+        lora = records.lora
+        if records.dims is not None or lora is None:
             return None
         return cls(settings=LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"])))
 

@@ -94,8 +94,8 @@ class Scale(TrainingMethod):
         return {"dims": self.dims.to_record()}
 
     @classmethod
-    def from_record(cls, dims: ScaleDims | None, lora: dict[str, Any] | None) -> Scale | None:
-        return None if dims is None else cls(dims=dims)
+    def from_record(cls, records: CheckpointRecords) -> Scale | None:
+        return None if records.dims is None else cls(dims=records.dims)
 
     def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
                      base_layers: int) -> str:
