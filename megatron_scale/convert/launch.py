@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,7 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
                 received: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    _exit_with_parent()
     from megatron_scale.distributed import destroy_distributed, init_distributed
 
     try:
@@ -43,6 +46,19 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         # descriptor (FileNotFoundError in the resource sharer).
         received.wait(timeout=600)
         destroy_distributed()
+
+
+def _exit_with_parent(poll: float = 1.0) -> None:
+    """End this rank when the process that spawned it is gone (killed: Ctrl-C, a job's SIGTERM or
+    SIGKILL to the tool), instead of computing on as an orphan."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
