@@ -14,4 +14,6 @@ fi
 # Two pytest workers, each taking whole files (module fixtures run once): most tests wait on
 # spawned ranks' start-up, so two at a time use the 2 cores far better than one (measured on
 # the 2-core CI machine: 993 s -> 647 s). PYTEST_WORKERS=0 runs them in one process.
-exec "$PY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+# --durations: the slowest tests close every run, so the suite's time (25 minutes at most on the 2-core
+# machine) is watched where it is spent
+exec "$PY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"

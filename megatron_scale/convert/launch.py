@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -26,9 +28,10 @@ from megatron_scale.distributed import free_port
 
 
 def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any,
-                received: Any) -> None:
+                received: Any, parent: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    _exit_with_parent(parent)
     from megatron_scale.distributed import destroy_distributed, init_distributed
 
     try:
@@ -45,6 +48,19 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         destroy_distributed()
 
 
+def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
+    """End this rank when `parent`, the process that spawned it, is gone (killed: Ctrl-C, a job's
+    SIGTERM or SIGKILL to the tool), instead of computing on as an orphan. The parent's pid comes
+    from the parent: one killed while this rank was still importing is gone already."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
     world = tp * pp
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
@@ -55,7 +71,7 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
     ctx = mp.get_context("spawn")
     out, received = ctx.Queue(), ctx.Event()
     port = free_port()
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received))
+    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received, os.getpid()))
              for r in range(world)]
     for p in procs:
         p.start()

@@ -234,6 +234,9 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
                "table": text}
     if route_sweep is not None:
         results["route_sweep"] = route_section(route_sweep, out, old[0], new)
+        if "scale-route" in runs:
+            text += ("\nSCALE-Route's row is its training-time evaluation, with the router it was upscaled with; "
+                     "the router calibrated after training is in the SCALE-Route section below.\n")
         text += results["route_sweep"]["section"]
     if bench is not None:
         results["benchmarks"] = bench

@@ -61,6 +61,7 @@ def summary(sweep: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
     else:
         chosen = f"on the held-out sets {settings['calibration_old']} and {settings['calibration_new']}"
     return {"json": str(path), "load": settings.get("load"), "tokens": sweep["tokens"], "calibrated": chosen,
+            "saved": sweep.get("saved"), "calibrate_with": settings.get("calibrate_with"),
             "unit": sweep.get("unit", "token"),
             "keep_old": settings.get("keep_old"), "min_new_adapt": settings.get("min_new_adapt"),
             "heads": sweep["heads"], "statistics": stats}
@@ -88,6 +89,12 @@ def markdown(s: dict[str, Any], old: str, new: str, plot: str | None) -> str:
         where = f"{stat} {'>=' if r['direction'] == 'above' else '<='} tau"
         lines.append(f"| {stat} | {where} | {r['auc']:.3f} | {r['tau']:.4g}{target} | {r[f'{old}_kept']:.3f} "
                      f"| {r[f'{new}_to_z_a']:.3f} | {_ppl(r[f'{old}_ppl'])} | {_ppl(r[f'{new}_ppl'])} |")
+    saved = s.get("saved")
+    if saved and s.get("calibrate_with") in s["statistics"]:
+        r = s["statistics"][s["calibrate_with"]]
+        lines += ["", f"The calibrated checkpoint `{saved}` routes by {s['calibrate_with']} per {s['unit']} "
+                      f"({s['calibrate_with']} {'>=' if r['direction'] == 'above' else '<='} {r['tau']:.6g} keeps z_p): "
+                      "the benchmarks and the Hugging Face export of SCALE-Route use it."]
     if plot:
         lines += ["", f"![every tau of each router statistic, and its ROC]({plot})"]
     return "\n".join(lines) + "\n"

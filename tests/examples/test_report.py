@@ -148,6 +148,17 @@ def test_route_sweep_section(tmp_path: Path) -> None:
     assert f"| z_a alone | | | | 0.000 | 1.000 | {math.exp(4.0):.2f} | {math.exp(3.0):.2f} |" in md
     assert "![every tau of each router statistic, and its ROC](route_sweep.png)" in md
     assert (tmp_path / "out" / "route_sweep.png").read_bytes() == (tmp_path / "sweep" / "sweep.png").read_bytes()
+    assert "SCALE-Route's row is its training-time evaluation, with the router it was upscaled with" in md
+    assert "The calibrated checkpoint" not in md  # this sweep saved none
+    # a sweep that saved its calibrated router (--save) names it, its statistic, unit and tau
+    saved = tmp_path / "saved"
+    sweep = _sweep(saved)
+    got = json.loads(sweep.read_text())
+    got["saved"], got["settings"]["calibrate_with"] = "ckpt/calibrated", "max-prob"
+    sweep.write_text(json.dumps(got))
+    md = write_report(base, {"scale-route": route}, tmp_path / "out2", route_sweep=sweep)["route_sweep"]["section"]
+    assert (f"The calibrated checkpoint `ckpt/calibrated` routes by max-prob per token (max-prob >= {mp['tau']:.6g} "
+            "keeps z_p): the benchmarks and the Hugging Face export of SCALE-Route use it.") in md
     assert json.loads((tmp_path / "out" / "results.json").read_text())["route_sweep"]["statistics"] == sw["statistics"]
 
 
