@@ -40,19 +40,26 @@ def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
-def model_logits(model: Any, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+def model_logits(model: Any, ids: torch.Tensor, vocab: int, route_labels: bool = False) -> torch.Tensor:
     """[b, s, V] logits of ids [b, s] (one forward-only microbatch through megatron-core's
     schedule, so pipeline stages pass activations). On stages before the last: zeros, as an
-    expanded view (no memory), which the caller's numbers from those ranks never reach."""
+    expanded view (no memory), which the caller's numbers from those ranks never reach.
+    `route_labels`: a SCALE-Route model deciding per character or word is given the tokens each
+    position predicts, as in training-time evaluation: ids shifted by one, and at the last position,
+    whose target the scorer holds back, -1 (a special token: a unit of its own). That is what the
+    Hugging Face export decides there per character, unless the text ends inside a UTF-8 character
+    (then the export continues the character's unit); per word the export continues the open word."""
     from megatron_scale.model.inputs import causal_mask, position_ids
 
     b, s = ids.shape
     device = next(model.parameters()).device
     batch = {"ids": ids.to(device), "pos": position_ids(b, s, device), "mask": causal_mask(s, device)}
+    extra = {"route_labels": torch.cat([batch["ids"][:, 1:], torch.full_like(batch["ids"][:, :1], -1)], dim=1)
+             } if route_labels else {}
 
     def step(data: Any, m: Any) -> tuple[torch.Tensor, Any]:
         x = next(data)
-        out = m(x["ids"], x["pos"], x["mask"])
+        out = m(x["ids"], x["pos"], x["mask"], **extra)
         return out, lambda o: (torch.zeros((), device=o.device), {"logits": o.detach()})
 
     with torch.no_grad():
@@ -113,10 +120,11 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "
                          f"vocabulary of {args.vocab_size}")
+    per_unit = used == "route" and _give_unit_codes(model, tokenizer, args.vocab_size)
     reports = (ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
                and ps.get_data_parallel_rank() == 0)
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-    scorer = Scorer(logits=lambda ids: model_logits(model, ids, args.vocab_size), encode=tok.encode,
+    scorer = Scorer(logits=lambda ids: model_logits(model, ids, args.vocab_size, per_unit), encode=tok.encode,
                     prefix_id=int(prefix), max_length=args.max_position_embeddings, decode=tok.decode)
     say = (lambda s: print(s, file=sys.stderr, flush=True)) if reports else (lambda s: None)
     if used is None:
@@ -129,6 +137,25 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, record if reports else None)
     return next(r for r in everyone if r is not None)
+
+
+def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
+    """A SCALE-Route model whose router decides per character or word gets the byte-level
+    tokenizer's per-token codes; True when it does (its forwards then need the labels)."""
+    from megatron_scale.model.layers.heads import output_layers, set_unit_codes
+    from megatron_scale.model.layers.route_units import piece_codes
+    from megatron_scale.route_eval.units import token_bytes
+
+    layers = output_layers(model)
+    if not layers or layers[0].unit == "token":
+        return False
+    try:
+        codes = piece_codes(token_bytes(tokenizer), vocab)
+    except ValueError as e:
+        raise ValueError(f"--tokenizer {tokenizer}: the checkpoint routes per {layers[0].unit}, which needs a "
+                         f"byte-level BPE tokenizer: {e}") from e
+    set_unit_codes(model, codes)
+    return True
 
 
 def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp: int = 1, pp: int = 1,

@@ -74,8 +74,9 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.methods import Full, Scale
+    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.model.layers.heads import set_router_default
     from megatron_scale.records import MODEL_ARGS
     from tests import _tiny
     from tests.convert.test_scale_export import _perturb
@@ -107,6 +108,16 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         out[f"route-{head}"] = cli("--load", str(base / "run"), "--tokenizer", hf, "--head", head,
                                    "--tensor-model-parallel-size", "2", "--output", str(base / f"route-{head}.json"),
                                    *COMMON)
+    # the same model deciding per character, as the recipe's calibrated checkpoint does: scored
+    # with the tokenizer's codes and each position's predicted token, as its export routes
+    set_router_default(model, 0.8, "cosine", "above", "char")
+    save_checkpoint(model, base / "run-char" / "iter_0000003", extra=lambda _, r=record: r,
+                    method=Scale(dims=model.scale_dims))
+    if rank == 0:
+        (base / "run-char" / "latest_checkpointed_iteration.txt").write_text("3\n")
+    torch.distributed.barrier()
+    out["route-char"] = cli("--load", str(base / "run-char"), "--tokenizer", hf, "--tensor-model-parallel-size", "2",
+                            "--output", str(base / "route-char.json"), *COMMON)
     return out
 
 
@@ -132,8 +143,9 @@ def scored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         rcs = run_ranks(_body, 2, str(root))
         convert_megatron_to_hf(root / "run", root / "hf-route", tokenizer=root / "hf", progress=False)
+        convert_megatron_to_hf(root / "run-char", root / "hf-route-char", tokenizer=root / "hf", progress=False)
         rcs.append({name: cli("--model", str(root / name), "--output", str(root / f"{name}.json"), *COMMON)
-                    for name in ("hf", "hf-route")})
+                    for name in ("hf", "hf-route", "hf-route-char")})
     finally:
         torch.set_num_threads(before)
     records = {p.stem: json.loads(p.read_text()) for p in root.glob("*.json")}
@@ -161,7 +173,8 @@ def _same_scores(got: dict[str, Any], ref: dict[str, Any]) -> None:
 @pytest.mark.dist
 def test_every_cli_call_succeeded(scored: dict[str, Any]) -> None:
     assert all(rc == 0 for r in scored["rcs"] for rc in r.values()), scored["rcs"]
-    assert set(scored["records"]) == {*LAYOUTS, "route-auto", "route-preserve", "hf", "hf-route"}
+    assert set(scored["records"]) == {*LAYOUTS, "route-auto", "route-preserve", "hf", "hf-route", "route-char",
+                                      "hf-route-char"}
 
 
 @pytest.mark.dist
@@ -190,6 +203,17 @@ def test_scale_run_directory_chooses_as_its_export(scored: dict[str, Any]) -> No
     lls = [(ll, base) for r, b in zip(routed["results"].values(), rec["hf"]["results"].values(), strict=True)
            for i, j in zip(r["per_item"], b["per_item"], strict=True) for ll, base in zip(i["lls"], j["lls"], strict=True)]
     assert sum(abs(ll - base) > 1e-3 * abs(base) for ll, base in lls) > len(lls) // 2
+
+
+@pytest.mark.dist
+def test_a_router_deciding_per_character_scores_as_its_export(scored: dict[str, Any]) -> None:
+    """A checkpoint whose router decides per character (the recipe's calibrated SCALE-Route
+    checkpoint) is scored with the tokenizer's codes and the predicted tokens, exactly as its
+    Hugging Face export routes (scoring it failed for want of the codes before)."""
+    rec = scored["records"]
+    char = rec["route-char"]
+    assert (char["head"], char["checkpoint"]) == ("route", str(scored["root"] / "run-char" / "iter_0000003"))
+    _same_scores(char, rec["hf-route-char"])
 
 
 @pytest.mark.dist
