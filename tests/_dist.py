@@ -42,7 +42,19 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = 600) -> list[Any]:
-    """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results."""
+    """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results. A port
+    another process took between its choice and rank 0's listen (the other xdist worker starting
+    ranks at the same moment: EADDRINUSE, seen in a CI run) is chosen again, twice at most."""
+    for attempt in range(3):
+        try:
+            return _run_ranks_once(fn, world_size, args, timeout)
+        except AssertionError as e:
+            if "EADDRINUSE" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_ranks_once(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float) -> list[Any]:
     ctx = mp.get_context("spawn")
     results, received = ctx.Queue(), ctx.Event()
     port = free_port()

@@ -61,14 +61,12 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
-    world = tp * pp
-    if torch.cuda.is_available() and torch.cuda.device_count() < world:
-        raise ConversionError(
-            f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
-            f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
-        )
-    ctx = mp.get_context("spawn")
+_PORT_TRIES = 3
+
+
+def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple, timeout: float
+              ) -> tuple[dict[int, Any], tuple[int, tuple[str, str, str]] | None]:
+    """One launch of the ranks on a fresh port: ({rank: result}, None) or (partial, (rank, error))."""
     out, received = ctx.Queue(), ctx.Event()
     port = free_port()
     procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received, os.getpid()))
@@ -92,6 +90,23 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
             p.join(timeout=5 if error else 120)
             if p.is_alive():
                 p.kill()
+    return results, error
+
+
+def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
+    world = tp * pp
+    if torch.cuda.is_available() and torch.cuda.device_count() < world:
+        raise ConversionError(
+            f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
+            f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
+        )
+    ctx = mp.get_context("spawn")
+    for attempt in range(_PORT_TRIES):
+        results, error = _run_once(ctx, fn, tp, pp, world, args, timeout)
+        # the port was free when chosen, and another process took it before rank 0 listened (two
+        # tools starting at once on one machine): choose another
+        if error is None or "EADDRINUSE" not in error[1][1] or attempt == _PORT_TRIES - 1:
+            break
     if error is not None:
         rank, (kind, message, tb) = error
         if kind == "conversion":

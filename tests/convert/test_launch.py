@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -57,3 +59,30 @@ def test_ranks_end_when_the_tool_is_killed(tmp_path: Path) -> None:
             tool.kill()
         if marker.is_file() and marker.read_text() and _alive(int(marker.read_text())):
             os.kill(int(marker.read_text()), signal.SIGKILL)
+
+
+def rank_of(*, device: object) -> str:
+    return str(device)
+
+
+def test_a_port_taken_before_the_ranks_listen_is_chosen_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tools starting at once may be handed the same free port; the one whose rank then cannot
+    listen (EADDRINUSE) launches again on another port instead of failing."""
+    import socket
+
+    from megatron_scale.convert import launch
+    from megatron_scale.distributed import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1]]
+        chosen: list[int] = []
+
+        def first_taken() -> int:
+            chosen.append(ports.pop() if ports else free_port())
+            return chosen[-1]
+
+        monkeypatch.setattr(launch, "free_port", first_taken)
+        assert len(launch.on_ranks(rank_of, 1, 1)) == 1
+        assert len(chosen) == 2 and chosen[0] == taken.getsockname()[1] != chosen[1]
