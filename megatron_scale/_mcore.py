@@ -156,7 +156,7 @@ def checkpoint_writer_module() -> Any:
 
 def te_extensions() -> Any:
     """megatron-core's Transformer Engine pieces. Importing them imports Transformer Engine,
-    which needs an NVIDIA driver: call this only where `model.te.te_available()` holds."""
+    which needs an NVIDIA driver: call this only where `model.layers.te.te_available()` holds."""
     from megatron.core.extensions.transformer_engine import (
         TEColumnParallelLinear,
         TEDotProductAttention,
