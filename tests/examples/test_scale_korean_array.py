@@ -34,7 +34,9 @@ from tests.examples.slurm_cluster import SlurmCluster, SlurmUnavailable, ensure_
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "examples" / "scale_korean.sh")
 CONFIG = str(REPO / "examples" / "configs" / "tiny-cpu.env")
-ITERS = 4
+# the pre-emption notice goes to `full` once its log shows iteration 1; at ~0.3 s an iteration on an idle
+# machine, 4 iterations ended before it arrived (a fresh-clone CI run: no requeue), 16 leave seconds
+ITERS = 16
 TRAINED = ("scale-preserve", "full", "scale-adapt")
 METHODS = (*TRAINED, "lora")
 SETTINGS = {

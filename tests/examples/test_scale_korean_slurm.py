@@ -38,11 +38,13 @@ from tests.examples.slurm_cluster import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-ITERS = 4
+# the tests signal the training once its log shows iteration 1; at ~0.3 s an iteration on an idle machine,
+# 4 iterations could end before the signal arrives (seen in the array test), 16 leave seconds
+ITERS = 16
 SETTINGS = {
     "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "METHODS": "scale-preserve",
     "SCALE_CONFIG": str(REPO / "examples" / "configs" / "tiny-cpu.env"),
-    "BASE_ITERS": "4", "TRAIN_ITERS": str(ITERS), "WARMUP_ITERS": "1", "SAVE_INTERVAL": str(ITERS),
+    "BASE_ITERS": str(ITERS), "TRAIN_ITERS": str(ITERS), "WARMUP_ITERS": "1", "SAVE_INTERVAL": str(ITERS),
     "EVAL_ITERS": "1", "EVAL_INTERVAL": str(ITERS), "LOG_INTERVAL": "1", "OMP_NUM_THREADS": "1",
 }
 # the header asks for 8 GPUs x 8 tasks per node; sbatch's own flags override it
