@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -55,24 +56,33 @@ def test_the_subprocesses_keep_the_callers_pythonpath(monkeypatch: pytest.Monkey
     assert _env()["PYTHONPATH"] == str(ROOT)
 
 
+def _method_trains_saves_and_resumes(method: str, data: str, base: Path, tmp_path: Path) -> None:
+    save, metrics = tmp_path / method, tmp_path / f"{method}.jsonl"
+    flags = ["--method", method, "--data-path", data, "--save", str(save), "--train-iters", "3",
+             "--save-interval", "2", "--eval-interval", "1", "--eval-iters", "1", "--metrics-file", str(metrics),
+             *EXTRA.get(method, [])]
+    _train(*flags, "--load", str(base), "--exit-interval", "2")  # from the base: saves at 2 and stops
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "2", method
+    _train(*flags, "--load", str(save))  # resumes its own run from iteration 2
+    recs = records(metrics)
+    assert [r["iteration"] for r in recs] == [1, 2, 3], (method, recs)
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3", method
+    assert all(r["lm_loss"] == r["lm_loss"] and r["lm_loss"] < 20 for r in recs), (method, recs)
+    assert records(metrics, "eval/valid"), method
+
+
 @requires_gpus(1)
 def test_every_method_trains_saves_and_resumes_on_one_gpu(tmp_path: Path) -> None:
+    """The seven methods run side by side, one torchrun each (a tiny model: the GPU has room for
+    all seven, and a GPU session's minutes are few); every method's failure is reported."""
     data = make_dataset(tmp_path / "ds", seed=0)
     base = tmp_path / "base"
     _train("--method", "full", "--data-path", data, "--train-iters", "4", "--save", str(base))
-    for method in METHODS:
-        save, metrics = tmp_path / method, tmp_path / f"{method}.jsonl"
-        flags = ["--method", method, "--data-path", data, "--load", str(base), "--save", str(save),
-                 "--save-interval", "2", "--eval-interval", "1", "--eval-iters", "1", "--metrics-file", str(metrics),
-                 *EXTRA.get(method, [])]
-        _train(*flags, "--train-iters", "3", "--exit-interval", "2")  # saves at 2 and stops
-        assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "2", method
-        _train(*flags, "--train-iters", "3")  # resumes from iteration 2
-        recs = records(metrics)
-        assert [r["iteration"] for r in recs] == [1, 2, 3], (method, recs)
-        assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3", method
-        assert all(r["lm_loss"] == r["lm_loss"] and r["lm_loss"] < 20 for r in recs), (method, recs)
-        assert records(metrics, "eval/valid"), method
+    base = base / "iter_0000004"  # the pre-trained model each method starts from (a run of its own)
+    with ThreadPoolExecutor(max_workers=len(METHODS)) as pool:
+        done = {m: pool.submit(_method_trains_saves_and_resumes, m, data, base, tmp_path) for m in METHODS}
+    failed = {m: f.exception() for m, f in done.items() if f.exception() is not None}
+    assert not failed, "\n\n".join(f"{m}: {e}" for m, e in failed.items())
 
 
 @requires_gpus(1)
@@ -83,7 +93,7 @@ def test_conversion_round_trip_verifies_on_cuda(tmp_path: Path) -> None:
           "--save", str(tmp_path / "mg"), "--no-progress"])
     out = _run([sys.executable, str(tools / "convert_megatron_to_hf.py"), "--load", str(tmp_path / "mg"),
                 "--save", str(tmp_path / "back"), "--verify", "--no-progress"])
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json.loads(out.stdout)  # the tool prints one JSON object, indented
     assert summary["verify_max_abs_error"] <= 1e-4, summary
 
 
