@@ -5,8 +5,9 @@ SCALE-Route's router sweep at every tau and statistic.
     python tools/recipe_frontier.py --out docs/recipe_frontier \\
         runs/frontier/lr1e-3:scale-preserve:1e-3 runs/frontier/lr1e-3:full:1e-3 ...
 
-Each RUN is WORKDIR:METHOD:LR, a recipe WORKDIR (examples/scale_korean.sh) and one of its METHODS
-with the LR it trained at (the recipe's LR / LR_<METHOD>). Writes OUT/frontier.json, frontier.md
+Each RUN is [NAME=]WORKDIR:METHOD:LR, a recipe WORKDIR (examples/scale_korean.sh) and one of its
+METHODS with the LR it trained at (the recipe's LR / LR_<METHOD>); NAME draws a variant of a method
+(other flags, e.g. --decoupled-lr) as a method of its own. Writes OUT/frontier.json, frontier.md
 (the best retention at each learning level and the frontier's area) and frontier.png, and
 OUT/final.md (every run's last evaluation on every set), each atomically.
 """
@@ -26,7 +27,7 @@ from megatron_scale.recipe.frontier import LEVELS, Spec, axes, final_table, runs
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", metavar="RUN", help="WORKDIR:METHOD:LR")
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="[NAME=]WORKDIR:METHOD:LR")
     ap.add_argument("--out", required=True, help="folder for frontier.json / .md / .png and final.md")
     ap.add_argument("--old", default="en", help="the old domain's evaluation set (default en)")
     ap.add_argument("--new", default="ko", help="the new domain's evaluation set (default ko)")
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(a.out, exist_ok=True)
     final = final_table(specs, tuple(a.sets))
     paths = write(runs, a.out, a.title, a.levels, axes(a.old, a.new),
-                  extra={"specs": [{"workdir": str(s.workdir), "method": s.method, "lr": s.lr} for s in specs]})
+                  extra={"specs": [{"name": s.name, "workdir": str(s.workdir), "method": s.method, "lr": s.lr} for s in specs]})
     atomic_write(os.path.join(a.out, "final.md"), final.encode("utf-8"))
     with open(paths["md"], encoding="utf-8") as f:
         print(f.read())

@@ -40,22 +40,28 @@ def axes(old: str, new: str) -> Axes:
 
 @dataclass(frozen=True)
 class Spec:
-    """One run of the recipe: WORKDIR, the method and the LR it trained at."""
+    """One run of the recipe: WORKDIR, the method and the LR it trained at, and the name it is
+    drawn under (the method's, unless a variant of it is named apart: "[NAME=]WORKDIR:METHOD:LR")."""
 
     workdir: Path
     method: str
     lr: float
+    name: str = ""
 
     @classmethod
     def parse(cls, text: str) -> Spec:
-        parts = text.rsplit(":", 2)
-        if len(parts) != 3 or not parts[0] or not parts[1]:
-            raise ValueError(f"run {text!r}: expected WORKDIR:METHOD:LR, e.g. runs/fr:scale-preserve:1e-3")
+        name, eq, rest = text.partition("=")
+        if not eq:
+            name, rest = "", text
+        parts = rest.rsplit(":", 2)
+        if len(parts) != 3 or not parts[0] or not parts[1] or (eq and (not name or "[" in name)):
+            raise ValueError(f"run {text!r}: expected [NAME=]WORKDIR:METHOD:LR, e.g. runs/fr:scale-preserve:1e-3 "
+                             "(NAME without '[')")
         try:
             lr = float(parts[2])
         except ValueError:
             raise ValueError(f"run {text!r}: the LR {parts[2]!r} is not a number") from None
-        return cls(Path(parts[0]), parts[1], lr)
+        return cls(Path(parts[0]), parts[1], lr, name or parts[1])
 
     @property
     def metrics(self) -> Path:
@@ -104,9 +110,9 @@ def runs_of(specs: list[Spec], old: str = "en", new: str = "ko") -> list[Run]:
     for s in specs:
         if not s.metrics.is_file():
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
-        out.append(Run(s.method, s.lr, SEED, training_curve(s.metrics, old, new)))
+        out.append(Run(s.name, s.lr, SEED, training_curve(s.metrics, old, new)))
         if s.sweep.is_file():
-            out += sweep_curves(s.sweep, s.method, s.lr)
+            out += sweep_curves(s.sweep, s.name, s.lr)
     return out
 
 
@@ -120,5 +126,5 @@ def final_table(specs: list[Spec], sets: tuple[str, ...]) -> str:
         last = max(evals)
         cells = [f"{float(evals[last][n]['lm_loss']) / float(evals[0][n]['lm_loss']) - 1:+.1%}"
                  if n in evals[last] and n in evals[0] else "" for n in sets]
-        lines.append(f"| {s.method} | {s.lr:g} | {last} | " + " | ".join(cells) + " |")
+        lines.append(f"| {s.name} | {s.lr:g} | {last} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

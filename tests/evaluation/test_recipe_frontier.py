@@ -58,8 +58,11 @@ def test_scores_are_ratios_of_bits_per_byte_against_the_base(tmp_path: Path) -> 
 
 
 def test_bad_runs_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="expected WORKDIR:METHOD:LR"):
+    with pytest.raises(ValueError, match=r"expected \[NAME=\]WORKDIR:METHOD:LR"):
         Spec.parse("runs/x:full")
+    with pytest.raises(ValueError, match="NAME without"):
+        Spec.parse("full[x]=runs/x:full:1e-3")
+    assert Spec.parse("slow-out=runs/x:scale-preserve:3e-3") == Spec(Path("runs/x"), "scale-preserve", 3e-3, "slow-out")
     with pytest.raises(ValueError, match="the LR 'fast' is not a number"):
         Spec.parse("runs/x:full:fast")
     with pytest.raises(FileNotFoundError, match="no metrics file"):
@@ -76,7 +79,8 @@ def test_the_tool_writes_the_table_the_plot_and_every_runs_last_evaluation(tmp_p
     root = _workdir(tmp_path / "wd")
     out = tmp_path / "out"
     cmd = [sys.executable, str(ROOT / "tools" / "recipe_frontier.py"), "--out", str(out),
-           f"{root}:full:1e-3", f"{root}:scale-preserve:1e-3", f"{root}:scale-route:1e-3", "--levels", "0.1", "0.4"]
+           f"{root}:full:1e-3", f"{root}:scale-preserve:1e-3", f"{root}:scale-route:1e-3",
+           f"again={root}:scale-preserve:1e-3", "--levels", "0.1", "0.4"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     table = (out / "frontier.md").read_text()
@@ -90,6 +94,7 @@ def test_the_tool_writes_the_table_the_plot_and_every_runs_last_evaluation(tmp_p
     assert "| full | 0.001 | 16 | +100.0% | +100.0% | -50.0% |" in final.replace(" |  |", " |"), final
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads((out / "frontier.json").read_text())
-    assert [s["method"] for s in doc["specs"]] == ["full", "scale-preserve", "scale-route"]
+    assert [s["method"] for s in doc["specs"]] == ["full", "scale-preserve", "scale-route", "scale-preserve"]
+    assert "| again | 1 | 1.000 | not reached |" in table and "| again | 0.001 | 16 |" in final  # a named variant
     bad = subprocess.run([*cmd[:4], f"{root}:lora:1e-3"], capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "no metrics file" in bad.stderr and "lora" in bad.stderr
