@@ -18,7 +18,6 @@ preservation head z_p (exactly the base model's output). One curve per statistic
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from pathlib import Path
 
 from megatron_scale.evaluation.frontier import Run
 from megatron_scale.evaluation.frontier_report import Axes
-from megatron_scale.recipe.report import evaluations
+from megatron_scale.recipe.report import _pct, evaluations
+from megatron_scale.recipe.route_report import load_sweep
 
 LEVELS = (0.05, 0.1, 0.2)
 SEED = 0  # one training run per method and LR: the recipe's data order and init are fixed
@@ -92,12 +92,12 @@ def training_curve(metrics: str | os.PathLike, old: str, new: str) -> tuple[tupl
                         float(base[new]["lm_loss"])) for _, r in sorted(evals.items()))
 
 
-def sweep_curves(sweep: str | os.PathLike, method: str, lr: float) -> list[Run]:
-    """Per statistic of a router sweep: (learning, retention) at every tau, against z_p."""
-    doc = json.loads(Path(sweep).read_text())
+def sweep_curves(sweep: str | os.PathLike, method: str, lr: float, old: str, new: str) -> list[Run]:
+    """Per statistic of a router sweep of `old` against `new`: (learning, retention) at every tau,
+    against z_p."""
+    doc = load_sweep(sweep, old, new)
     if doc.get("metric") != "ppl":
         raise ValueError(f"{sweep}: expected a sweep scored in perplexity, got metric {doc.get('metric')!r}")
-    old, new = doc["old"], doc["new"]
     base_old, base_new = (math.log(doc["heads"][name]["z_p"]) for name in (old, new))
     return [Run(f"{method}[{stat}]", lr, SEED,
                 tuple(scores(math.log(p[old]), math.log(p[new]), base_old, base_new) for p in a["points"]))
@@ -112,7 +112,7 @@ def runs_of(specs: list[Spec], old: str = "en", new: str = "ko") -> list[Run]:
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
         out.append(Run(s.name, s.lr, SEED, training_curve(s.metrics, old, new)))
         if s.sweep.is_file():
-            out += sweep_curves(s.sweep, s.name, s.lr)
+            out += sweep_curves(s.sweep, s.name, s.lr, old, new)
     return out
 
 
@@ -124,7 +124,7 @@ def final_table(specs: list[Spec], sets: tuple[str, ...]) -> str:
     for s in specs:
         evals = evaluations(s.metrics)
         last = max(evals)
-        cells = [f"{float(evals[last][n]['lm_loss']) / float(evals[0][n]['lm_loss']) - 1:+.1%}"
+        cells = [_pct(float(evals[last][n]["lm_loss"]), float(evals[0][n]["lm_loss"]))
                  if n in evals[last] and n in evals[0] else "" for n in sets]
         lines.append(f"| {s.name} | {s.lr:g} | {last} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

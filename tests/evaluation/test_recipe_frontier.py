@@ -32,7 +32,7 @@ def _workdir(root: Path) -> Path:
              {0: {"en": 4.0, "ko": 2.0, "en_modern": 3.0}, 16: {"en": 4.0, "ko": 1.7, "en_modern": 3.0}})
     sweep = {"old": "en", "new": "ko", "metric": "ppl",
              "heads": {"en": {"z_p": math.exp(4.0), "z_a": math.exp(5.0)}, "ko": {"z_p": math.exp(2.0), "z_a": math.exp(1.0)}},
-             "statistics": {"cosine": {"points": [{"tau": 0.1, "en": math.exp(5.0), "ko": math.exp(1.0)},
+             "statistics": {"cosine": {"calibration": {"tau": 0.5}, "points": [{"tau": 0.1, "en": math.exp(5.0), "ko": math.exp(1.0)},
                                                   {"tau": 0.5, "en": math.exp(4.0), "ko": math.exp(1.6)},
                                                   {"tau": 0.9, "en": math.exp(4.0), "ko": math.exp(2.0)}]}}}
     (root / "runs" / "scale-route" / "sweep").mkdir(parents=True)
@@ -50,7 +50,7 @@ def test_scores_are_ratios_of_bits_per_byte_against_the_base(tmp_path: Path) -> 
     curve = training_curve(root / "runs" / "full" / "metrics.jsonl", "en", "ko")
     assert [v for p in curve for v in p] == pytest.approx([0.0, 1.0, 0.25, 0.8, 0.5, 0.5])
     # the router sweep is scored against z_p on its own windows: tau 0.1 is z_a everywhere
-    (route,) = sweep_curves(root / "runs" / "scale-route" / "sweep" / "sweep.json", "scale-route", 1e-3)
+    (route,) = sweep_curves(root / "runs" / "scale-route" / "sweep" / "sweep.json", "scale-route", 1e-3, "en", "ko")
     assert route.method == "scale-route[cosine]" and route.lr == 1e-3
     assert [v for p in route.curve for v in p] == pytest.approx([0.5, 0.8, 0.2, 1.0, 0.0, 1.0])
     runs = runs_of([Spec.parse(f"{root}:full:1e-3"), Spec.parse(f"{root}:scale-route:1e-3")])
@@ -67,6 +67,9 @@ def test_bad_runs_are_named(tmp_path: Path) -> None:
         Spec.parse("runs/x:full:fast")
     with pytest.raises(FileNotFoundError, match="no metrics file"):
         runs_of([Spec.parse(f"{tmp_path}:full:1e-3")])
+    other = _workdir(tmp_path / "wd") / "runs" / "scale-route" / "sweep" / "sweep.json"
+    with pytest.raises(ValueError, match="swept 'en' against 'ko'"):  # a sweep of other sets than the frontier's
+        sweep_curves(other, "scale-route", 1e-3, "en_modern", "ko")
     _metrics(tmp_path / "m.jsonl", {4: {"en": 4.0, "ko": 2.0}})
     with pytest.raises(ValueError, match="no iteration-0 evaluation"):
         training_curve(tmp_path / "m.jsonl", "en", "ko")
