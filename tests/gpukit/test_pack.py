@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.gpukit.pack import MANIFEST, SUMS, KitError, folder_sizes, load_manifest, reassemble, verify
+from gpukit.pack import MANIFEST, SUMS, KitError, folder_sizes, load_manifest, reassemble, verify
 from tests.gpukit._kit import LIMIT, TE_CORE, standin_kit
 
 
