@@ -19,7 +19,9 @@ as zero, and a rate over it as None.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
 import os
 import shutil
 from collections import defaultdict
@@ -123,3 +125,29 @@ def profile_steps(step: Callable[[], Any], *, steps: int, cuda: bool, trace: str
 def rate(flop: float, seconds: float) -> float | None:
     """FLOP per second, or None where the time is zero (nothing measured there)."""
     return flop / seconds if seconds > 0 else None
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """Which card (or CPU) produced the numbers."""
+    import platform
+
+    import torch
+
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        return {"device": "cuda", "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
+                "capability": f"{p.major}.{p.minor}", "torch": torch.__version__, "cuda": torch.version.cuda}
+    name = platform.processor() or "cpu"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    return {"device": "cpu", "name": name, "cores": os.cpu_count(), "torch": torch.__version__}
+
+
+def write_json(path: str | None, report: dict[str, Any]) -> None:
+    """The report as JSON at `path`, whole or not at all (a temporary file renamed)."""
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(tmp, path)

@@ -155,21 +155,6 @@ def _init(a: argparse.Namespace) -> None:
     a.run_device = init_distributed(1, 1, device=a.device, seed=1234)  # where models and inputs go
 
 
-def device_info(device: str) -> dict[str, Any]:
-    """Which card (or CPU) produced the numbers."""
-    import platform
-
-    import torch
-
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        return {"device": "cuda", "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                "capability": f"{p.major}.{p.minor}", "torch": torch.__version__, "cuda": torch.version.cuda}
-    name = platform.processor() or "cpu"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
-    return {"device": "cpu", "name": name, "cores": os.cpu_count(), "torch": torch.__version__}
-
 
 def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> list[dict[str, Any]]:
     """Every method of one scope in one process, their steps interleaved round-robin, so a burst
@@ -194,7 +179,7 @@ def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> lis
             cpus[m].append(c)
     peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else (_rss_kib("VmHWM") - rss0) * 1024
     prof = _profile(a, built) if a.profile else {}
-    device = device_info(a.device)
+    device = bench_profile.device_info(a.device)
     out = []
     for m, (module, _, params, opt) in built.items():
         out.append({**({"gemm_s": prof[m]["classes"]["gemm"], "profile": prof[m]} if prof else {}),
@@ -391,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": os.environ.get("OMP_NUM_THREADS"), "loadavg": open("/proc/loadavg").read().split()[:3],
         "status": "running", "results": results,
     }
-    _write(a.out, report)  # before anything that can fail: a run cut short still says what it was
+    bench_profile.write_json(a.out, report)  # before anything that can fail: a run cut short still says what it was
     for scope in a.scopes:
         if a.isolate:
             timed = [_run(argv, "--scope", scope, "--method", m, "--alone")[0] for m in _methods(a)]
@@ -403,9 +388,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{scope:5s} {r['method']:8s} {r['step_s']:.3f} s/step", file=sys.stderr, flush=True)
         results += timed
         report["device"] = results[0]["device"]
-        _write(a.out, report)
+        bench_profile.write_json(a.out, report)
     report["status"] = "done"
-    _write(a.out, report)
+    bench_profile.write_json(a.out, report)
     print(f"device: {report['device']['name']}")
     print(_table(a, results))
     if a.profile:
@@ -416,17 +401,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in report["route"]:
             print(f"| {r['dtype']} | {r['tokens']} x {r['vocab']} | {r['twin_s'] * 1e3:.2f} | {r['cpp_s'] * 1e3:.2f} "
                   f"| {r['speedup']:.2f}x | {r['max_rel_diff']:.1e} |")
-        _write(a.out, report)
+        bench_profile.write_json(a.out, report)
 
-
-def _write(path: str | None, report: dict[str, Any]) -> None:
-    """The report as JSON at `path`, whole or not at all (a temporary file renamed)."""
-    if not path:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(tmp, path)
 
 
 def _profile_table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
