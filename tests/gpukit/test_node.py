@@ -108,3 +108,17 @@ def test_the_install_is_one_offline_no_deps_pip_call_keeping_a_newer_typing_exte
     assert cmd[:3] == ["py", "-m", "pip"] and {"--no-index", "--no-deps", "--no-compile"} <= set(cmd)
     env = node.pip_env({"PIP_INDEX_URL": "http://index.invalid/simple"})
     assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == "/dev/null"
+
+
+def test_the_kit_tools_import_the_standard_library_only() -> None:
+    """tools/gpukit runs on the build machine and on the node with any Python 3, the project
+    not installed."""
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"gpukit"}
+    for path in sorted((ROOT / "tools" / "gpukit").glob("*.py")):
+        for node_ in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node_.names] if isinstance(node_, ast.Import) else (
+                [node_.module] if isinstance(node_, ast.ImportFrom) and node_.level == 0 and node_.module else [])
+            for name in names:
+                assert name.split(".")[0] in allowed or name == "__future__", f"{path.name} imports {name}"
