@@ -204,8 +204,9 @@ run_science() {
     export ROUTE_SWEEP_SAMPLES=2 OMP_NUM_THREADS=2 TRAIN_FLAGS="--split 100,0,0" CAL_ITERS=${CAL_ITERS:-2}
     tiny=(--min-iters 2 --max-iters 2)
   else
-    export SEQ_LENGTH=1024 MICRO_BATCH=16 GLOBAL_BATCH=32 EVAL_ITERS=8 WARMUP_ITERS=20 BENCHMARKS=arc_easy,winogrande
+    export SEQ_LENGTH=1024 MICRO_BATCH=16 GLOBAL_BATCH=32 EVAL_ITERS=4 WARMUP_ITERS=20 BENCHMARKS=arc_easy,winogrande
     export BENCHMARK_LIMIT=0 ROUTE_SWEEP_SAMPLES=64 TRAIN_FLAGS="--split 100,0,0 --bf16"
+    tiny=(--min-iters 40)   # above WARMUP_ITERS
   fi
   # model, data and a short full fine-tuning: its tokens/s size the waves
   phase calibrate 240 env WORKDIR="$PWD/$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 \
