@@ -110,8 +110,10 @@ def test_the_plan_sizes_each_run_from_the_measured_rate(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.environ.get("GPU_RUN_SCIENCE_REHEARSAL") != "1",
                     reason="about 15 minutes on 2 cores: GPU_RUN_SCIENCE_REHEARSAL=1 (docs/gpu.md)")
 def test_science_rehearsed_end_to_end(tmp_path: Path) -> None:
-    splits = os.environ.get("NSMC_SPLITS") or str(ROOT / "tests" / "data" / "nsmc_tiny")
-    r, out, status = _run(tmp_path, "science", "--rehearse", "--budget", "3600", NSMC_SPLITS=splits)
+    """With the science kit (KIT, default gpu_kit: python3 tools/gpukit science) and PYTHON, say a
+    venv shaped like the GPU node."""
+    env = {"KIT": os.environ.get("KIT", str(ROOT / "gpu_kit")), "PYTHON": os.environ.get("PYTHON", sys.executable)}
+    r, out, status = _run(tmp_path, "science", "--rehearse", "--budget", "3600", **env)
     assert r.returncode == 0, (out / "science.log").read_text()[-5000:]
     assert all(s in ("ok", "skipped") for s in _phases(status).values()), status
     assert (out / "frontier.md").is_file() and (out / "reports.tgz").is_file()
