@@ -47,8 +47,9 @@ O=${OUT:-runs/gpu_run/$RUN}
 W=${WORK:-runs/gpu_run_work/$RUN}
 PY=${PYTHON:-python3}
 KIT=${KIT:-gpu_kit}
-LOG=$O/$RUN.log JSON=$O/$RUN.json
 mkdir -p "$O" "$W" || exit 1
+O=$(cd "$O" && pwd) W=$(cd "$W" && pwd)   # absolute: the recipe runs elsewhere
+LOG=$O/$RUN.log JSON=$O/$RUN.json
 export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null PYTHONWARNINGS=ignore
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 DEV=cuda; [ "$REHEARSE" = 1 ] && DEV=cpu
@@ -178,7 +179,7 @@ run_science() {
   else
     skip install "no science kit at $sk"
   fi
-  [ -d "$W/kit/pylib" ] && export PYTHONPATH=$PYTHONPATH:$PWD/$W/kit/pylib   # ARC-Easy and Winogrande files
+  [ -d "$W/kit/pylib" ] && export PYTHONPATH=$PYTHONPATH:$W/kit/pylib   # ARC-Easy and Winogrande files
   if [ -z "$splits" ] && [ -f "$W/kit/nsmc/splits.json" ]; then
     splits=$W/kit/nsmc; skip data "prepared NSMC splits carried in the kit"
   elif [ -z "$splits" ] && [ -n "${NSMC_INPUT:-}" ]; then
@@ -195,8 +196,8 @@ run_science() {
   if [ -z "$ko_train" ] || [ -z "$ko_eval" ]; then note "no train/heldout split in $splits"; finish 1; fi
   if [ -d "$W/kit/demo_raw" ]; then mkdir -p "$data/demo_raw" && cp -n "$W/kit/demo_raw"/* "$data/demo_raw/"; fi
   # the recipe's settings for every run: examples/configs/smollm2-cpu.env's, then these (the environment wins)
-  export SCALE_CONFIG=examples/configs/smollm2-cpu.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$PWD/$data
-  export HF_MODEL=$PWD/$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
+  export SCALE_CONFIG=examples/configs/smollm2-cpu.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
+  export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
   export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 PREPROCESS_FLAGS="--append-eod --workers 4"
   export LR=1e-3 LR_FULL=1e-5 LR_FREEZE=1e-5 LR_LORA=1e-5 LR_LLAMA_PRO=2e-4 ROUTE_UNIT=char ROUTE_STATISTIC=centered-cosine
   if [ "$REHEARSE" = 1 ]; then  # two iterations of everything, tiny batches
@@ -209,7 +210,7 @@ run_science() {
     tiny=(--min-iters 40)   # above WARMUP_ITERS
   fi
   # model, data and a short full fine-tuning: its tokens/s size the waves
-  phase calibrate 240 env WORKDIR="$PWD/$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 \
+  phase calibrate 240 env WORKDIR="$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 \
     ROUTE_SWEEP=0 BENCHMARKS="" MASTER_PORT=29400 bash examples/scale_korean.sh || finish 1
   local wave=$((BUDGET - (SECONDS - T0) - 120))   # what is left, less the frontier and packing
   phase plan 30 "$PY" tools/gpu_run_plan.py --metrics "$cal/runs/full/metrics.jsonl" --seconds "${WAVE_SECONDS:-$wave}" \
@@ -223,9 +224,9 @@ run_science() {
   json
   # two waves side by side (the GPU has room for two 135M runs); SIGTERM at the limit: the running
   # training saves and stops, and the wave ends there
-  phase train $((WAVE_SECONDS + 30)) both wave_a timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$PWD/$wa" \
+  phase train $((WAVE_SECONDS + 30)) both wave_a timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$wa" \
       MASTER_PORT=29410 METHODS="full scale-preserve scale-route lora" bash examples/scale_korean.sh \
-    -- wave_b timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$PWD/$wb" LR_FULL=1e-4 \
+    -- wave_b timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$wb" LR_FULL=1e-4 \
       MASTER_PORT=29420 METHODS="full scale-adapt freeze llama-pro" bash examples/scale_korean.sh
   phase frontier 120 "$PY" tools/recipe_frontier.py --out "$W/frontier" --title "SmolLM2-135M-Instruct on NSMC Korean ($GPU)" \
     "$wa:full:1e-5" "$wa:scale-preserve:1e-3" "$wa:scale-route:1e-3" "$wa:lora:1e-5" \
