@@ -116,8 +116,13 @@ run_te() {
   if "$PY" -c 'import transformer_engine.pytorch' > /dev/null 2>&1; then
     skip install "transformer_engine.pytorch already imports"; installed=1
   elif [ -d "$KIT/main" ]; then
-    local gpu=(--require-gpu); [ "$REHEARSE" = 1 ] && gpu=()
-    phase install 90 python3 tools/gpukit install "$KIT/main" --python "$PY" "${gpu[@]}" --work "$W/kit" && installed=1
+    local gpu=(--require-gpu) build=() limit=90
+    [ "$REHEARSE" = 1 ] && gpu=()
+    if ! grep -q '"te_torch"' "$KIT/main/kit.json"; then  # no prebuilt extension: built here, 16 jobs
+      build=(--build-from "$KIT/src" --jobs 16) limit=420
+    fi
+    phase install "$limit" python3 tools/gpukit install "$KIT/main" --python "$PY" "${gpu[@]}" "${build[@]}" \
+      --work "$W/kit" && installed=1
   else
     skip install "no kit at $KIT/main"
   fi

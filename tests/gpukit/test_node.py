@@ -122,3 +122,13 @@ def test_the_kit_tools_import_the_standard_library_only() -> None:
                 [node_.module] if isinstance(node_, ast.ImportFrom) and node_.level == 0 and node_.module else [])
             for name in names:
                 assert name.split(".")[0] in allowed or name == "__future__", f"{path.name} imports {name}"
+
+
+def test_a_kit_without_a_prebuilt_extension_asks_for_the_build(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    manifest = json.loads((kit / node.KIT_FILE).read_text())
+    manifest["files"] = [f for f in manifest["files"] if f["role"] != "te_torch"]
+    (kit / node.KIT_FILE).write_text(json.dumps(manifest))
+    r = _check(tmp_path, kit)
+    assert r.returncode == 1 and "the kit carries no prebuilt transformer_engine_torch" in r.stderr, r.stderr
+    assert _check(tmp_path, kit, "--build").returncode == 0

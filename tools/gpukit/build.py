@@ -7,7 +7,8 @@
 main/ holds TE's Python wheel, the core wheel with its library cut to --arch (fatbin.py; same
 file name, RECORD rewritten, the cut checked byte for byte against the original), the extension
 prebuilt against the node's torch (--extension, built in a venv shaped like the node:
-`source.build_extension`, or the `extension` command), megatron-core and the pydantic stack.
+`source.build_extension`, or the `extension` command; without it the node builds the extension
+from src/), megatron-core and the pydantic stack.
 kit.json records what they were built against (Python, torch, CUDA of --node-python: the venv the
 extension was built in), the architecture kept, the cut's counts, and every file's size and
 sha256, in install order.
@@ -55,12 +56,12 @@ def download(dest: Path) -> dict[str, Path]:
     return out
 
 
-def build(out: Path, downloads: Path, *, archs: set[int], extension: Path, node_python: str,
+def build(out: Path, downloads: Path, *, archs: set[int], extension: Path | None, node_python: str,
           limit: int, python312: str | None = None) -> dict[str, Any]:
     """Lay the kit out under `out` (new). Returns main/'s manifest."""
     if out.exists():
         raise KitError(f"--out {out} already exists; give a new folder")
-    if not extension.is_file() or not extension.name.startswith("transformer_engine_torch-"):
+    if extension is not None and (not extension.is_file() or not extension.name.startswith("transformer_engine_torch-")):
         raise KitError(f"--extension {extension}: not a transformer_engine_torch wheel")
     facts = node.node_facts(node_python)
     if "torch_error" in facts:
@@ -74,8 +75,10 @@ def build(out: Path, downloads: Path, *, archs: set[int], extension: Path, node_
     for role in ("pydantic0", "pydantic1", "pydantic2", "pydantic3", "typing_extensions", "mcore", "te_python"):
         shutil.copy2(files[role], main / files[role].name)
         entries.append(_entry(main / files[role].name, role.rstrip("0123")))
-    shutil.copy2(extension, main / extension.name)
-    entries += [_entry(core, "te_core"), _entry(main / extension.name, "te_torch")]
+    entries.append(_entry(core, "te_core"))
+    if extension is not None:  # without one, the node builds it (install --build-from src/)
+        shutil.copy2(extension, main / extension.name)
+        entries.append(_entry(main / extension.name, "te_torch"))
     manifest = {
         "format": node.FORMAT, "te_version": c.TE_VERSION, "arch": sorted(archs),
         "built_against": {"python": facts["python"], "torch": facts["torch"], "cuda": facts["cuda"]},

@@ -3,7 +3,7 @@ checkout's root, on the build machine or on the GPU node (where the project is n
 
     extension --python PY --out DIR [--jobs 2]     build machine, ~1 h on 2 cores: TE's PyTorch
                                                     extension against PY's torch (a venv shaped like the node)
-    build --arch 90 --out DIR --extension WHEEL --node-python PY [--limit-mib 55]
+    build --arch 90 --out DIR [--extension WHEEL] --node-python PY [--limit-mib 55]
                                                     build machine (PyPI): download, cut, lay out
     check DIR [--python PY] [--require-gpu] [--full] [--build]
                                                     the node, no network: refuse a node the kit does not fit
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="download, cut and lay out the kit (needs PyPI)")
     b.add_argument("--arch", type=int, nargs="+", required=True, help="SM architectures to keep, e.g. 90 (H100, H200)")
     b.add_argument("--out", type=Path, required=True, help="new folder for main/, src/, full/")
-    b.add_argument("--extension", type=Path, required=True, help="the prebuilt transformer_engine_torch wheel")
+    b.add_argument("--extension", type=Path, help="the prebuilt transformer_engine_torch wheel (none: the node "
+                                                  "builds it, install --build-from src/)")
     b.add_argument("--node-python", required=True, help="the Python (venv) the extension was built against")
     b.add_argument("--limit-mib", type=int, default=55, help="largest full/kit-NN folder, MiB")
     b.add_argument("--python312", help="a Python 3.12 whose Python.h src/ carries (default: this one, if 3.12)")

@@ -87,7 +87,10 @@ def mismatches(manifest: dict[str, Any], facts: dict[str, Any], *, require_gpu: 
     if str(facts.get("cuda") or "").split(".")[0] != want["cuda"].split(".")[0]:
         bad.append(f"CUDA: the kit's core library is transformer-engine-cu{want['cuda'].split('.')[0]}; this node's "
                    f"torch {facts['torch']} is built for CUDA {facts.get('cuda') or 'none (a CPU build)'}")
-    if facts["torch"] != want["torch"]:
+    if not any(f["role"] == "te_torch" for f in manifest["files"]) and not build:
+        bad.append(f"extension: the kit carries no prebuilt transformer_engine_torch (build it here: install "
+                   f"--build-from {c.SOURCE}/)")
+    elif facts["torch"] != want["torch"]:
         if build:
             notes.append(f"torch {facts['torch']}: the extension is built here (the prebuilt one is for {want['torch']})")
         else:
@@ -185,7 +188,7 @@ def install(kit: Path, python: str = sys.executable, *, require_gpu: bool = Fals
             int(x) for x in facts["python"].split(".")))
         built = source.reused_build(work / "built", facts["torch"], src["te_sdist"]) or source.build_extension(
             work, src, files, os.environ, jobs, python, facts["torch"])
-        wheels = [built if role.get(w) == "te_torch" else w for w in wheels]
+        wheels = [w for w in wheels if role.get(w) != "te_torch"] + [built]
         notes.append(f"extension: built here against torch {facts['torch']} ({built.name})")
     r = subprocess.run(install_command(wheels, python), env=pip_env(), capture_output=True, text=True, check=False)
     if r.returncode != 0:
