@@ -2,7 +2,7 @@
 English retention against Korean learning along training, every method at its learning rates, and
 SCALE-Route's router sweep at every tau and statistic.
 
-    python tools/recipe_frontier.py --out docs/recipe_frontier \\
+    python tools/recipe_frontier.py --out results/DATE-smollm2-frontier \\
         runs/frontier/lr1e-3:scale-preserve:1e-3 runs/frontier/lr1e-3:full:1e-3 ...
 
 Each RUN is [NAME=]WORKDIR:METHOD:LR, a recipe WORKDIR (examples/scale_korean.sh) and one of its

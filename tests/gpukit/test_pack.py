@@ -1,4 +1,4 @@
-"""The kit's folder layout (megatron_scale/gpukit/pack.py) on stand-in files: folders within the
+"""The kit's folder layout (tools/gpukit/pack.py) on stand-in files: folders within the
 limit, the large file split and joined back byte for byte, SHA256SUMS usable by `sha256sum -c`,
 and a missing or corrupted part refused with its name and folder."""
 
