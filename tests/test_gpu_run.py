@@ -23,10 +23,12 @@ SCRIPT = ROOT / "tools" / "gpu_run.sh"
 
 
 def _run(tmp: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """The script with OUT and WORK under `tmp`; phase limits 30 times the node's (these tests check
+    what a run leaves, not its speed: a shared CPU was seen 30 times slower under load)."""
     out = tmp / "out"
-    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=1800, check=False,
+    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=3600, check=False,
                        env={**os.environ, "OUT": str(out), "WORK": str(tmp / "work"), "PYTHON": sys.executable,
-                            "KIT": str(tmp / "no-kit"), **env})
+                            "KIT": str(tmp / "no-kit"), "REHEARSE_SLACK": "30", **env})
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8 and all(len(p.relative_to(out).parts) <= 3 for p in files), files  # <= 2 folders down
     name = args[0]
@@ -49,7 +51,7 @@ def test_the_script_is_bash_n_and_shellcheck_clean() -> None:
 
 
 def test_te_rehearsed_end_to_end_a_failed_phase_recorded_and_the_rest_run(tmp_path: Path) -> None:
-    r, out, status = _run(tmp_path, "te", "--rehearse", "--budget", "1500", "--fail-phase", "bench_te_bf16")
+    r, out, status = _run(tmp_path, "te", "--rehearse", "--budget", "3000", "--fail-phase", "bench_te_bf16")
     assert r.returncode == 1, r.stdout + r.stderr  # a phase failed: the run says so
     assert _phases(status) == {"install": "skipped", "smoke": "ok", "tests": "ok", "bench_te_bf16": "failed",
                                "bench_te_fp8": "skipped", "profile": "ok"}, status

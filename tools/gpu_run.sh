@@ -23,7 +23,7 @@
 # a phase that would start with under 15 s left is skipped.
 #
 # --rehearse runs the same phases on CPU (cuda swapped for cpu, tiny shapes where TE is not
-# needed; TE's GPU-only steps are skipped, saying so; each limit 4 times the node's); --fail-phase NAME makes phase NAME fail
+# needed; TE's GPU-only steps are skipped, saying so; each limit REHEARSE_SLACK (4) times the node's); --fail-phase NAME makes phase NAME fail
 # (to see what a failure leaves). Exit status: 0 every phase passed or was skipped, 1 one failed
 # or timed out, 2 bad arguments, 3 the TE install or smoke test failed (the log names the
 # fallbacks). PYTHON (default python3) is the node's Python; KIT (default
@@ -75,7 +75,7 @@ phase() {  # NAME LIMIT COMMAND...: COMMAND under a time limit, its output into 
   if ((left < 15)); then
     note "== $name: SKIPPED, $left s of the budget left"; record "$name" skipped 0 0 "$limit" "budget spent"; return 1
   fi
-  [ "$REHEARSE" = 1 ] && limit=$((limit * 4))   # a CPU, maybe loaded, is slower than the node at everything
+  [ "$REHEARSE" = 1 ] && limit=$((limit * ${REHEARSE_SLACK:-4}))   # a CPU, maybe loaded, is slower than the node
   ((limit > left)) && limit=$left
   note "== $name (limit $limit s, $((SECONDS - T0)) s into the run, $DEV)"
   t=$SECONDS
