@@ -5,7 +5,9 @@ Transformer Engine, apex, NCCL and cuDNN were compiled against), Transformer Eng
 module, apex's fused kernels (the ones megatron-core's optimizer and grad clipping use), megatron-core
 at the pinned version, and megatron_scale itself. It prints each version, and with a CUDA device
 runs one tiny step: a bf16 matmul forward/backward in torch and, where Transformer Engine imports, a
-`te.Linear` forward/backward in bf16 (and once more under FP8 autocast where the GPU supports FP8).
+`te.Linear` and a `te.RMSNorm` forward/backward in bf16 (TE's own kernels: a core library that has
+no code for this GPU fails here), and the `te.Linear` once more under FP8 autocast where the GPU
+supports FP8 (TE's cast kernels). tools/gpu_run.sh's smoke test is this check.
 
     python -m megatron_scale.selfcheck                           # anywhere: report, skip what is absent
     python -m megatron_scale.selfcheck --image --expect-torch V  # docker build: the image's contents
@@ -133,7 +135,13 @@ def cuda_step(te_imported: bool) -> list[Check]:
     layer(inp).float().square().mean().backward()
     torch.cuda.synchronize()
     finite = inp.grad is not None and bool(torch.isfinite(inp.grad).all())
-    checks.append(Check("te step", "ok" if finite else "fail", "te.Linear bf16 fwd/bwd"))
+    # TE's own kernels (the core library's cubins; cuBLAS does te.Linear's GEMM): a fused RMSNorm
+    norm = te.RMSNorm(64, params_dtype=torch.bfloat16, device="cuda")
+    x2 = inp.detach().requires_grad_()
+    norm(x2).float().square().mean().backward()
+    torch.cuda.synchronize()
+    finite = finite and x2.grad is not None and bool(torch.isfinite(x2.grad).all())
+    checks.append(Check("te step", "ok" if finite else "fail", "te.Linear and te.RMSNorm bf16 fwd/bwd"))
     # TE 2.20's names (fp8.check_fp8_support and fp8_autocast still work there, deprecated)
     if hasattr(te, "is_fp8_available"):
         fp8_ok, why = te.is_fp8_available(return_reason=True)

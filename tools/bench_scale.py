@@ -16,9 +16,15 @@ cross-entropy). A step is forward + backward + AdamW step. The methods of a scop
 process with their steps interleaved round-robin (a burst of load elsewhere hits all alike); the
 step time is the median of --repeats steps after --warmup, wall clock and process CPU time. Peak
 memory is measured per (scope, method) in a process of its own: RSS above the process's size before
-the model is built (on GPU, max_memory_allocated). `--route` times SCALE-Route's statistics: the
-C++ op (megatron_scale._C) against its PyTorch twin. `--profile` adds, per method, the seconds
-of a step spent in GEMM kernels (torch.profiler) and the FLOP-model FLOPs per GEMM second.
+the model is built (on GPU, max_memory_allocated). With --isolate (the default on CUDA) each method
+is instead timed alone in a process of its own, its peak memory measured there: one model's state
+alive at a time, so the Llama-1B shape fits an 80 GB H100. `--route` times SCALE-Route's
+statistics: the C++ op (megatron_scale._C) against its PyTorch twin. `--profile` adds, per method,
+where two steps' time goes (tools/bench_profile.py: on CUDA each kernel's device time, by class:
+GEMM by shape, attention, elementwise, copies, optimizer) and the FLOP-model FLOPs per GEMM
+second; --trace-dir keeps a gzip'd Chrome trace per method. The JSON (--out) names the device
+each number came from (the GPU's name and memory, or the CPU's), and is written when the run
+starts, after each scope and at the end, each time whole (never a half-written file).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_profile  # noqa: E402  (tools/bench_profile.py, beside this file)
 
 METHODS = ("full_ft", "dense_up", "preserve", "adapt")
 
@@ -146,13 +155,18 @@ def _init(a: argparse.Namespace) -> None:
     a.run_device = init_distributed(1, 1, device=a.device, seed=1234)  # where models and inputs go
 
 
-def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
+
+def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> list[dict[str, Any]]:
     """Every method of one scope in one process, their steps interleaved round-robin, so a burst
-    of load from elsewhere on the machine lands on all of them alike."""
+    of load from elsewhere on the machine lands on all of them alike; or (`methods`, --isolate)
+    the one method given, its peak memory measured in the same process."""
     import torch
 
     _init(a)
-    built = {m: _setup(a, a.scope, m) for m in _methods(a)}
+    rss0 = _rss_kib("VmRSS")
+    if a.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    built = {m: _setup(a, a.scope, m) for m in (methods or _methods(a))}
     for _ in range(a.warmup):
         for _, loss_fn, _, opt in built.values():
             _step(a, loss_fn, opt)
@@ -163,10 +177,13 @@ def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
             w, c = _step(a, loss_fn, opt)
             walls[m].append(w)
             cpus[m].append(c)
-    gemm = _gemm_seconds(a, built) if a.profile else {}
+    peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else (_rss_kib("VmHWM") - rss0) * 1024
+    prof = _profile(a, built) if a.profile else {}
+    device = bench_profile.device_info(a.device)
     out = []
     for m, (module, _, params, opt) in built.items():
-        out.append({**({"gemm_s": gemm[m]} if gemm else {}),
+        out.append({**({"gemm_s": prof[m]["classes"]["gemm"], "profile": prof[m]} if prof else {}),
+            **({"peak_bytes": peak} if methods else {}), "device": device,
             "scope": a.scope, "method": m, "step_s": statistics.median(walls[m]), "times_s": walls[m],
             "cpu_s": statistics.median(cpus[m]), "tokens": a.seq * a.batch,
             "grad_bytes": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
@@ -180,20 +197,14 @@ def _time_worker(a: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-GEMM_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm")
-
-
-def _gemm_seconds(a: argparse.Namespace, built: dict[str, Any]) -> dict[str, float]:
-    """Per method: seconds per step spent in matrix-multiply kernels (torch.profiler, self CPU
-    time of GEMM_OPS over two steps), to tell GEMM speed apart from everything around it."""
-    from torch.profiler import ProfilerActivity, profile
-
+def _profile(a: argparse.Namespace, built: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per method: where two steps' time goes (tools/bench_profile.py), a trace per method in
+    --trace-dir."""
     out = {}
     for m, (_, loss_fn, _, opt) in built.items():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(2):
-                _step(a, loss_fn, opt)
-        out[m] = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMM_OPS) / 2e6
+        trace = os.path.join(a.trace_dir, f"{a.scope}_{m}.json") if a.trace_dir else None
+        out[m] = bench_profile.profile_steps(lambda: _step(a, loss_fn, opt), steps=2, cuda=a.device == "cuda",
+                                             trace=trace)
     return out
 
 
@@ -214,8 +225,11 @@ def _memory_worker(a: argparse.Namespace) -> dict[str, Any]:
 
 def _run(argv: list[str], *extra: str) -> Any:
     cmd = [sys.executable, os.path.abspath(__file__), *argv, *extra]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench_scale: the worker {' '.join(extra)} failed (exit {r.returncode}):\n"
+                         + "\n".join(r.stderr.strip().splitlines()[-15:]))
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def _shape(a: argparse.Namespace) -> Any:
@@ -334,46 +348,77 @@ def main(argv: list[str] | None = None) -> None:
                     help="FP8 through Transformer Engine (GPU mode; needs --transformer-impl transformer_engine and --bf16)")
     ap.add_argument("--fp8-recipe", choices=["delayed", "tensorwise"], default=None, help="with --fp8-format; default delayed")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (H100 SXM bf16: 989)")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                    help="time each method alone in a process of its own, one model's state alive at a time "
+                         "(default: on with --device cuda, off on CPU, where interleaving evens out load)")
+    ap.add_argument("--trace-dir", default=None, help="with --profile: a gzip'd Chrome trace per (scope, method) here")
     ap.add_argument("--out", default=None, help="write every measurement as JSON here")
     ap.add_argument("--scope", help=argparse.SUPPRESS)
     ap.add_argument("--method", help=argparse.SUPPRESS)
+    ap.add_argument("--alone", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     _check_flags(ap, a)
-    if a.scope and a.method:  # worker processes
+    if a.isolate is None:
+        a.isolate = a.device == "cuda"
+    if a.scope and a.method and a.alone:  # worker processes
+        print(json.dumps(_time_worker(a, [a.method])))
+        return
+    if a.scope and a.method:
         print(json.dumps(_memory_worker(a)))
         return
     if a.scope:
         print(json.dumps(_time_worker(a)))
         return
     argv = list(argv if argv is not None else sys.argv[1:])
-    results = []
+    results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "args": {k: v for k, v in vars(a).items() if k not in ("scope", "method", "alone")},
+        "threads": os.environ.get("OMP_NUM_THREADS"), "loadavg": open("/proc/loadavg").read().split()[:3],
+        "status": "running", "results": results,
+    }
+    bench_profile.write_json(a.out, report)  # before anything that can fail: a run cut short still says what it was
     for scope in a.scopes:
-        timed = _run(argv, "--scope", scope)
+        if a.isolate:
+            timed = [_run(argv, "--scope", scope, "--method", m, "--alone")[0] for m in _methods(a)]
+        else:
+            timed = _run(argv, "--scope", scope)
+            for r in timed:
+                r.update(_run(argv, "--scope", scope, "--method", r["method"]))
         for r in timed:
-            r.update(_run(argv, "--scope", scope, "--method", r["method"]))
             print(f"{scope:5s} {r['method']:8s} {r['step_s']:.3f} s/step", file=sys.stderr, flush=True)
         results += timed
-    report: dict[str, Any] = {
-        "args": {k: v for k, v in vars(a).items() if k not in ("scope", "method")},
-        "threads": os.environ.get("OMP_NUM_THREADS"), "loadavg": open("/proc/loadavg").read().split()[:3],
-        "results": results,
-    }
+        report["device"] = results[0]["device"]
+        bench_profile.write_json(a.out, report)
+    report["status"] = "done"
+    bench_profile.write_json(a.out, report)
+    print(f"device: {report['device']['name']}")
     print(_table(a, results))
     if a.profile:
-        print("\n| scope | method | step s | GEMM s | GEMM share | predicted GFLOP / GEMM s |\n|---|---|---|---|---|---|")
-        for r in results:
-            flop = _predicted(a, r["scope"], r["method"]) * r["tokens"]
-            print(f"| {r['scope']} | {r['method']} | {r['step_s']:.3f} | {r['gemm_s']:.3f} "
-                  f"| {r['gemm_s'] / r['step_s']:.2f} | {flop / r['gemm_s'] / 1e9:.1f} |")
+        print(_profile_table(a, results))
     if a.route:
         report["route"] = _route_bench(a)
         print("\n| dtype | tokens x vocab | twin ms | C++ ms | speed-up | max diff / (|z_p||z_a|) |\n|---|---|---|---|---|---|")
         for r in report["route"]:
             print(f"| {r['dtype']} | {r['tokens']} x {r['vocab']} | {r['twin_s'] * 1e3:.2f} | {r['cpp_s'] * 1e3:.2f} "
                   f"| {r['speedup']:.2f}x | {r['max_rel_diff']:.1e} |")
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(report, f, indent=1)
+        bench_profile.write_json(a.out, report)
+
+
+
+def _profile_table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
+    """Markdown: per (scope, method) the profiled seconds per step by class, and FLOP-model
+    FLOPs per GEMM second (None, printed '-', where no GEMM time was measured)."""
+    cls = bench_profile.CLASSES
+    lines = [f"\n{results[0]['profile']['activity'].upper()} time per step (profiled, 2 steps)",
+             "| scope | method | step s | profiled s | " + " | ".join(f"{c} s" for c in cls) + " | GEMM TFLOP/s |",
+             "|---" * (5 + len(cls)) + "|"]
+    for r in results:
+        p = r["profile"]
+        flop = bench_profile.rate(_predicted(a, r["scope"], r["method"]) * r["tokens"], p["classes"]["gemm"])
+        lines.append(f"| {r['scope']} | {r['method']} | {r['step_s']:.3f} | {p['total_s']:.3f} | "
+                     + " | ".join(f"{p['classes'][c]:.4f}" for c in cls)
+                     + f" | {'-' if flop is None else f'{flop / 1e12:.1f}'} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

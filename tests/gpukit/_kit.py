@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.gpukit.pack import MIB, pack
+from gpukit.pack import MIB, pack
 
 LIMIT = 2 * MIB  # small folders, so the stand-in "cu13 wheel" (5 MiB) is split in four
 TE_CORE = "transformer_engine_cu13-2.20.2-py3-none-manylinux_2_28_x86_64.whl"
@@ -93,3 +93,41 @@ class Listener:
     def env(self) -> dict[str, str]:
         """Index settings pointing pip at this port (what --no-index must make it ignore)."""
         return {"PIP_INDEX_URL": self.url, "PIP_EXTRA_INDEX_URL": self.url, "PIP_NO_INDEX": "0"}
+
+
+def fatbin_section(fatbins: list[list[tuple[int, bytes]]]) -> bytes:
+    """A `.nv_fatbin` section: each fatbin a header (magic, version, header size 16, payload size)
+    and its entries, each (arch, payload) with a 64-byte entry header (kind 2: ELF cubin); 8 zero
+    bytes of padding between fatbins, as nvcc leaves."""
+    import struct
+
+    out = b""
+    for entries in fatbins:
+        body = b""
+        for arch, payload in entries:
+            head = bytearray(64)
+            struct.pack_into("<HHIQ", head, 0, 2, 0x101, 64, len(payload))
+            struct.pack_into("<I", head, 28, arch)
+            body += bytes(head) + payload
+        out += struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body + bytes(8)
+    return out
+
+
+def fake_elf(section: bytes) -> bytes:
+    """A minimal 64-bit little-endian ELF file with sections .text, .nv_fatbin (`section`) and
+    .shstrtab, its section headers last."""
+    import struct
+
+    text = b"TEXT" * 8
+    names = b"\0.text\0.nv_fatbin\0.shstrtab\0"
+    body = bytearray(64) + text + section + names
+    shoff = len(body)
+    off_text, off_fat, off_names = 64, 64 + len(text), 64 + len(text) + len(section)
+    body[0:16] = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    struct.pack_into("<Q", body, 0x28, shoff)
+    struct.pack_into("<HHH", body, 0x3A, 64, 4, 3)
+    sh = struct.Struct("<IIQQQQIIQQ")
+    for name, off, size in ((0, 0, 0), (1, off_text, len(text)), (7, off_fat, len(section)),
+                            (18, off_names, len(names))):
+        body += sh.pack(name, 1, 0, 0, off, size, 0, 0, 8, 0)
+    return bytes(body)

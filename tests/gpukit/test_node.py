@@ -1,201 +1,134 @@
-"""The node side (megatron_scale/gpukit/node.py) without a GPU: the checks before the build, each
-refusing with the missing piece's name; the commands it runs (offline, torch pinned, the
-extension built against this torch); and a real offline `pip install` from a kit, with an index
-configured that nothing may contact."""
+"""The one-call kit on the node (tools/gpukit/node.py, `python3 tools/gpukit check`), with node
+facts from a stand-in Python: a node that matches passes; one whose torch, CUDA or GPU
+architecture differs is refused with one line for each difference; a bad file is named."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from megatron_scale.gpukit import contents, node
-from megatron_scale.gpukit.pack import KitError, reassemble
-from tests.gpukit._kit import Listener, fake_headers, standin_kit
+from gpukit import node
+from gpukit.pack import sha256
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = {"python": "3.12", "python_include": None, "te_sdist": "transformer_engine_torch-2.20.2.tar.gz"}
+BUILT = {"python": "3.12", "torch": "2.11.0+cu130", "cuda": "13.0"}
+H100 = {"name": "NVIDIA H100 80GB HBM3", "arch": 90}
+ROLES = {"pydantic-2.14.4-py3-none-any.whl": "pydantic", "typing_extensions-4.16.0-py3-none-any.whl": "typing_extensions",
+         "megatron_core-0.19.2-cp312-cp312-manylinux_2_28_x86_64.whl": "mcore",
+         "transformer_engine_cu13-2.20.2-py3-none-manylinux_2_28_x86_64.whl": "te_core",
+         "transformer_engine_torch-2.20.2-cp312-cp312-linux_x86_64.whl": "te_torch"}
 
 
-def _check(tmp: Path, *, env: dict[str, str] | None = None, sites: list[Path] | None = None,
-           python_version: tuple[int, int] = (3, 12), include: Path | None = None, manifest: dict | None = None) -> list[str]:
-    if include is None:
-        include = tmp / "pyinc"
-        include.mkdir(exist_ok=True)
-        (include / "Python.h").write_text("")
-    if env is None:
-        env = {"CPATH": str(fake_headers(tmp / "h")), "CUDA_HOME": str(tmp / "no-cuda")}
-    return node.check_machine(manifest or MANIFEST, sites=sites or [], env=env,
-                              python_version=python_version, python_include=include)
+def _kit(tmp: Path) -> Path:
+    kit = tmp / "main"
+    kit.mkdir()
+    files = []
+    for name, role in ROLES.items():
+        (kit / name).write_bytes(name.encode())
+        files.append({"name": name, "role": role, "size": len(name), "sha256": sha256(kit / name)})
+    (kit / node.KIT_FILE).write_text(json.dumps({"format": node.FORMAT, "arch": [90], "built_against": BUILT,
+                                                  "files": files}))
+    return kit
 
 
-def test_a_complete_machine_passes_and_says_where_each_piece_is(tmp_path: Path) -> None:
-    notes = _check(tmp_path)
-    assert any(n.startswith("C++ compiler: ") for n in notes), notes
-    assert f"cudnn.h: {tmp_path / 'h' / 'cudnn.h'}" in notes and f"nccl.h: {tmp_path / 'h' / 'nccl.h'}" in notes
+def _python(tmp: Path, **facts: object) -> str:
+    """A stand-in for the node's Python: prints these facts whatever it is asked."""
+    facts = {**BUILT, "gpus": [H100], "typing_extensions": "4.15.0", **facts}
+    path = tmp / "python"
+    path.write_text(f"#!/bin/sh\necho '{json.dumps(facts)}'\n")
+    path.chmod(0o755)
+    return str(path)
 
 
-def test_headers_are_found_in_the_nvidia_wheels(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    fake_headers(site / "nvidia" / "cudnn" / "include")
-    fake_headers(site / "nvidia" / "nccl" / "include")
-    notes = _check(tmp_path, env={"CUDA_HOME": str(tmp_path / "no-cuda")}, sites=[site])
-    assert f"cudnn.h: {site / 'nvidia/cudnn/include/cudnn.h'}" in notes, notes
+def _check(tmp: Path, kit: Path, *args: str, **facts: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "gpukit"), "check", str(kit), "--python",
+                           _python(tmp, **facts), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
-@pytest.mark.parametrize("missing", ["cudnn.h", "nccl.h"])
-def test_a_missing_header_is_named(tmp_path: Path, missing: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    h = fake_headers(tmp_path / "h")
-    (h / missing).unlink()
-    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")  # this machine's own may have it
-    with pytest.raises(KitError, match=rf"^{missing} not found .* set CPATH"):
-        _check(tmp_path, env={"CPATH": str(h), "CUDA_HOME": str(tmp_path / "no-cuda")})
+def test_a_matching_node_passes(tmp_path: Path) -> None:
+    r = _check(tmp_path, _kit(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "every sha256 matches" in r.stdout and "GPU: NVIDIA H100 80GB HBM3, sm_90" in r.stdout
 
 
-def test_cuda_headers_a_pip_torch_lacks_come_from_the_kit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
-    env = {"CPATH": str(fake_headers(tmp_path / "h", ("cudnn.h", "nccl.h"))), "CUDA_HOME": str(tmp_path / "no-cuda")}
-    with pytest.raises(KitError, match=r"^crt/host_config.h not found and the kit carries no nvidia-cuda-crt wheel"):
-        _check(tmp_path, env=env)
-    wheels = {"crt/host_config.h": "nvidia_cuda_crt-13.0.88-py3-none-any.whl", "nv/target": "nvidia_cuda_cccl.whl"}
-    notes = _check(tmp_path, env=env, manifest={**MANIFEST, "header_wheels": wheels})
-    assert "crt/host_config.h: from the kit's nvidia_cuda_crt-13.0.88-py3-none-any.whl (no CUDA toolkit here)" in notes
+def test_a_mismatched_node_is_refused_one_line_each(tmp_path: Path) -> None:
+    b200 = {"name": "NVIDIA B200", "arch": 100}
+    r = _check(tmp_path, _kit(tmp_path), torch="2.13.0+cu128", cuda="12.8", gpus=[b200])
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == "gpukit: this node does not match the kit:", lines
+    assert len(lines) == 4, lines
+    assert "CUDA: the kit's core library is transformer-engine-cu13; this node's torch 2.13.0+cu128 is built for " \
+           "CUDA 12.8" in lines[1]
+    assert "torch: the prebuilt extension is for torch 2.11.0+cu130; this node has 2.13.0+cu128" in lines[2]
+    assert "GPU architecture: NVIDIA B200 is sm_100; the kit's core library keeps only sm_90" in lines[3]
 
 
-def test_no_compiler_is_named(tmp_path: Path) -> None:
-    env = {"CPATH": str(fake_headers(tmp_path / "h")), "CXX": str(tmp_path / "no-such-c++")}
-    with pytest.raises(KitError, match=r"^no C\+\+ compiler"):
-        _check(tmp_path, env=env)
+@pytest.mark.parametrize(("facts", "refusal"), [
+    ({"torch": "2.11.0+cu129"}, "torch: the prebuilt extension is for torch 2.11.0+cu130"),
+    ({"cuda": "12.9", "torch": "2.11.0+cu130"}, "CUDA: the kit's core library is transformer-engine-cu13"),
+    ({"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "arch": 80}]}, "GPU architecture: NVIDIA A100-SXM4-80GB is sm_80"),
+    ({"python": "3.11"}, "Python: the kit's wheels are for CPython 3.12; this node's is 3.11"),
+])
+def test_each_difference_alone_is_refused(tmp_path: Path, facts: dict, refusal: str) -> None:
+    r = _check(tmp_path, _kit(tmp_path), **facts)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 2 and refusal in r.stderr, r.stderr
 
 
-def test_python_h_missing_is_named_unless_the_kit_carries_it(tmp_path: Path) -> None:
-    empty = tmp_path / "empty-include"
-    empty.mkdir()
-    with pytest.raises(KitError, match=r"^Python.h not found .*python3.12-dev"):
-        _check(tmp_path, include=empty)
-    notes = _check(tmp_path, include=empty, manifest={**MANIFEST, "python_include": contents.PYTHON_INCLUDE})
-    assert any("from the kit's python3.12-include.tar.gz" in n for n in notes), notes
+def test_no_gpu_is_a_note_unless_required_and_the_fallbacks_lift_their_refusals(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    r = _check(tmp_path, kit, gpus=[])
+    assert r.returncode == 0 and "no CUDA device visible, the architecture is not checked" in r.stdout, r.stdout
+    r = _check(tmp_path, kit, "--require-gpu", gpus=[])
+    assert r.returncode == 1 and "(--require-gpu)" in r.stderr
+    a100 = [{"name": "NVIDIA A100", "arch": 80}]
+    assert _check(tmp_path, kit, "--full", "--build", torch="2.12.0+cu130", gpus=a100).returncode == 0
 
 
-def test_another_python_is_refused_by_version(tmp_path: Path) -> None:
-    with pytest.raises(KitError, match=r"this kit is for Python 3.12; .* is 3.11"):
-        _check(tmp_path, python_version=(3, 11))
+def test_a_changed_file_is_named(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    name = next(n for n, r in ROLES.items() if r == "te_core")
+    (kit / name).write_bytes(b"x" * len(name))
+    r = _check(tmp_path, kit)
+    assert r.returncode == 1 and f"checksum mismatch: {kit / name}" in r.stderr, r.stderr
 
 
-def test_the_commands_never_reach_an_index_and_keep_torch(tmp_path: Path) -> None:
-    kit = {**MANIFEST, "install": ["kitprobe"], "mcore_wheel": "m.whl", "te_wheels": ["a.whl", "b.whl"]}
+def test_the_install_is_one_offline_no_deps_pip_call_keeping_a_newer_typing_extensions(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    manifest = node.load(kit)
+    older = node.wheels_to_install(kit, manifest, {"typing_extensions": "4.12.2"})
+    newer = node.wheels_to_install(kit, manifest, {"typing_extensions": "4.16.1"})
+    assert [w.name for w in older] == list(ROLES)
+    assert [w.name for w in newer] == [n for n in ROLES if not n.startswith("typing_extensions")]
+    cmd = node.install_command(older, "py")
+    assert cmd[:3] == ["py", "-m", "pip"] and {"--no-index", "--no-deps", "--no-compile"} <= set(cmd)
     env = node.pip_env({"PIP_INDEX_URL": "http://index.invalid/simple"})
-    assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull
-    keep = node.keep_installed(tmp_path).read_text().splitlines()
-    assert f"torch=={version('torch')}" in keep, keep
-    runtime = node.runtime_command(tmp_path, kit, tmp_path / "keep-installed.txt")
-    assert {"--no-index", "--only-binary=:all:", "-c"} <= set(runtime) and runtime[-1] == "kitprobe"
-    build = node.build_command(tmp_path, kit)
-    assert {"--no-build-isolation", "--no-index", "--no-deps"} <= set(build) and build[0] == sys.executable
-    benv = node.build_env({"CPATH": "/x"}, [tmp_path / "inc"], 16)
-    assert benv["CPATH"] == f"{tmp_path / 'inc'}:/x" and benv["MAX_JOBS"] == "16" and benv["PIP_NO_INDEX"] == "1"
-    assert {k: benv[k] for k in node.BUILD_ENV} == node.BUILD_ENV
-    assert benv["NVTE_NO_LOCAL_VERSION"] == "1" and benv["NVTE_WITH_NCCL_EP"] == "0"
-    assert "--no-deps" in node.te_command(tmp_path, kit, tmp_path / "built.whl")
+    assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == "/dev/null"
 
 
-def test_the_runtime_install_is_offline_even_with_an_index_configured(tmp_path: Path) -> None:
-    """A fresh venv seeing this Python's packages; pip install of the kit's runtime list with an
-    index (and an extra one) set to a local port that records any connection."""
-    kit, manifest, _ = standin_kit(tmp_path)
-    work = tmp_path / "work"
-    reassemble(kit, manifest, work)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    py = str(venv / "bin" / "python")
-    index = Listener()
-    try:
-        env = node.pip_env({**os.environ, **index.env()})
-        missing = subprocess.run(node.runtime_command(work, {**manifest, "install": ["kitprobe", "not-in-kit"]},
-                                                     node.keep_installed(work), py),
-                                 env=env, capture_output=True, text=True, timeout=300, check=False)
-        assert missing.returncode != 0 and "not-in-kit" in missing.stderr, missing.stderr
-        ok = subprocess.run(node.runtime_command(work, manifest, node.keep_installed(work), py),
-                            env=env, capture_output=True, text=True, timeout=300, check=False)
-        assert ok.returncode == 0, ok.stderr
-        assert not index.contacted(), "pip reached the configured index"
-    finally:
-        index.close()
-    r = subprocess.run([py, "-c", "import kitprobe; print(kitprobe.VALUE)"], capture_output=True, text=True, check=False)
-    assert r.stdout.strip() == "42", r.stderr
-    assert not subprocess.run([sys.executable, "-c", "import kitprobe"], capture_output=True, check=False).returncode == 0
+def test_the_kit_tools_import_the_standard_library_only() -> None:
+    """tools/gpukit runs on the build machine and on the node with any Python 3, the project
+    not installed."""
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"gpukit"}
+    for path in sorted((ROOT / "tools" / "gpukit").glob("*.py")):
+        for node_ in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node_.names] if isinstance(node_, ast.Import) else (
+                [node_.module] if isinstance(node_, ast.ImportFrom) and node_.level == 0 and node_.module else [])
+            for name in names:
+                assert name.split(".")[0] in allowed or name == "__future__", f"{path.name} imports {name}"
 
 
-def test_the_floors_match_pyproject() -> None:
-    text = (ROOT / "pyproject.toml").read_text()
-    assert f'"{contents.TRANSFORMERS_FLOOR}"' in text and f'"{contents.MCORE}"' in text
-    assert contents.TRANSFORMERS_PIN.split("==")[1].startswith(contents.TRANSFORMERS_FLOOR.split(">=")[1])
-
-
-def test_the_build_sees_each_header_where_it_was_found_or_from_the_kit(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import zipfile
-
-    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
-    monkeypatch.setattr(node, "site_dirs", lambda: [])
-    wheels = {}
-    for header, name in (("crt/host_config.h", "crt.whl"), ("nv/target", "cccl.whl")):
-        with zipfile.ZipFile(tmp_path / name, "w") as z:
-            z.writestr(f"nvidia/cu13/include/{header}", "/* stand-in */\n")
-        wheels[header] = name
-    files = {n: tmp_path / n for n in wheels.values()}
-    toolkit = fake_headers(tmp_path / "cuda" / "include", ("nv/target", "cudnn.h", "nccl.h"))
-    dirs = node.build_includes({"header_wheels": wheels}, files, tmp_path / "work", {"CUDA_HOME": str(tmp_path / "cuda")})
-    assert dirs == [tmp_path / "work" / "headers" / "crt.whl" / "nvidia" / "cu13" / "include", toolkit], dirs
-    assert (dirs[0] / "crt" / "host_config.h").is_file() and not (tmp_path / "work" / "headers" / "cccl.whl").exists()
-
-
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-def test_install_stops_for_want_of_cuda_after_the_checks_and_before_touching_anything(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    kit, _, _ = standin_kit(tmp_path)
-    monkeypatch.setenv("CPATH", str(fake_headers(tmp_path / "h")))
-    monkeypatch.setenv("CXX", "/bin/true")
-    with pytest.raises(KitError, match=r"^no CUDA device visible .* the kit checks passed"):
-        node.install(kit, tmp_path / "work")
-    assert not (tmp_path / "work").exists(), "nothing joined, installed or built"
-
-
-def _standin_sdist(work: Path) -> str:
-    """transformer_engine_torch-2.20.2.tar.gz: a setuptools project that fails unless the build
-    env names the header folders and NVTE's settings (what TE's real setup.py reads)."""
-    import tarfile
-
-    src = work / "src" / "transformer_engine_torch-2.20.2"
-    src.mkdir(parents=True)
-    (src / "setup.py").write_text(
-        "import os\nfrom setuptools import setup\n"
-        "assert os.environ['NVTE_PYTORCH_FORCE_BUILD'] == 'TRUE' and os.environ['NVTE_WITH_NCCL_EP'] == '0'\n"
-        "assert any(os.path.exists(os.path.join(d, 'cudnn.h')) for d in os.environ['CPATH'].split(':'))\n"
-        "setup(name='transformer_engine_torch', version='2.20.2', py_modules=[])\n")
-    name = "transformer_engine_torch-2.20.2.tar.gz"
-    with tarfile.open(work / name, "w:gz") as t:
-        t.add(src, arcname=src.name)
-    return name
-
-
-def test_the_build_step_runs_offline_and_a_second_install_reuses_its_wheel(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    manifest = {"te_sdist": _standin_sdist(work), "header_wheels": {}, "python_include": None}
-    monkeypatch.setattr(node, "SYSTEM_INCLUDE", tmp_path / "usr-include")
-    index = Listener()
-    try:
-        env = {**os.environ, **index.env(), "CPATH": str(fake_headers(tmp_path / "h"))}
-        wheel = node.build_extension(work, manifest, {}, env, 2, sys.executable, "2.11.0+cu130")
-        assert not index.contacted(), "the build reached the configured index"
-    finally:
-        index.close()
-    assert wheel.name.startswith("transformer_engine_torch-2.20.2-") and wheel.parent == work / "built"
-    assert node.reused_build(work / "built", "2.11.0+cu130", manifest["te_sdist"]) == wheel
-    assert node.reused_build(work / "built", "2.12.0+cu130", manifest["te_sdist"]) is None, "another torch: rebuild"
+def test_a_kit_without_a_prebuilt_extension_asks_for_the_build(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    manifest = json.loads((kit / node.KIT_FILE).read_text())
+    manifest["files"] = [f for f in manifest["files"] if f["role"] != "te_torch"]
+    (kit / node.KIT_FILE).write_text(json.dumps(manifest))
+    r = _check(tmp_path, kit)
+    assert r.returncode == 1 and "the kit carries no prebuilt transformer_engine_torch" in r.stderr, r.stderr
+    assert _check(tmp_path, kit, "--build").returncode == 0

@@ -1,4 +1,4 @@
-"""The kit's folder layout (megatron_scale/gpukit/pack.py) on stand-in files: folders within the
+"""The kit's folder layout (tools/gpukit/pack.py) on stand-in files: folders within the
 limit, the large file split and joined back byte for byte, SHA256SUMS usable by `sha256sum -c`,
 and a missing or corrupted part refused with its name and folder."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.gpukit.pack import MANIFEST, SUMS, KitError, folder_sizes, load_manifest, reassemble, verify
+from gpukit.pack import MANIFEST, SUMS, KitError, folder_sizes, load_manifest, reassemble, verify
 from tests.gpukit._kit import LIMIT, TE_CORE, standin_kit
 
 

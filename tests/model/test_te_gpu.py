@@ -10,12 +10,18 @@ with the reason elsewhere). One spawned rank:
      weights get neither grad nor main_grad while every trainable one has a main_grad, the frozen
      base keeps its bytes, and its cached FP8 copy is the same object, unchanged, from the third
      step on (the cast is not redone each step).
+Both run once per pytest run, also under xdist (`once_per_run`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,9 +200,26 @@ def _body(rank: int, world: int) -> dict[str, Any]:
     return {"bf16": _bf16_preservation(), **{f"fp8/{r}": _fp8_training(r) for r in ("delayed", "tensorwise")}}
 
 
+def once_per_run(name: str, shared: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`make()` once per pytest run however xdist spreads this file's tests over workers (each
+    worker runs a module fixture of its own: with `-n 4` up to three copies of the TE body would
+    share the one GPU). The first worker to take the lock runs it and leaves its JSON in `shared`,
+    the folder every worker's temporary folders share; the others read it."""
+    path = shared / f"{name}.json"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return json.loads(path.read_text())
+        out = make()
+        path.write_text(json.dumps(out))
+        return out
+
+
 @pytest.fixture(scope="module")
-def results() -> dict[str, Any]:
-    return run_ranks(_body, 1)[0]
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_ranks(_body, 1)[0]
+    return once_per_run("te_gpu", tmp_path_factory.getbasetemp().parent, lambda: run_ranks(_body, 1)[0])
 
 
 @requires_gpus(1)

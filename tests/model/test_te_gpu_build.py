@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,3 +81,24 @@ def test_other_methods_refuse_the_flag_by_name_without_apex() -> None:
     with pytest.raises(ValueError, match=r"--gradient-accumulation-fusion with this method needs apex's "
                                          r"fused_weight_gradient_mlp_cuda"):
         build_model(args, Full(), kernels=kernels)
+
+
+def test_the_te_body_runs_once_per_run_across_xdist_workers(tmp_path: Path) -> None:
+    """tests/model/test_te_gpu.py's fixture under `-n 4`: four workers asking at once, one body."""
+    import threading
+
+    from tests.model.test_te_gpu import once_per_run
+
+    calls: list[int] = []
+
+    def body() -> dict[str, Any]:
+        calls.append(1)
+        return {"losses": [1.0, 0.5]}
+
+    got: list[dict[str, Any]] = []
+    workers = [threading.Thread(target=lambda: got.append(once_per_run("te", tmp_path, body))) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(calls) == 1 and got == [{"losses": [1.0, 0.5]}] * 4

@@ -1,8 +1,7 @@
 """The networked side: download what contents.py names for the node's platform (CPython 3.12,
-manylinux x86-64), whatever this machine runs, and pack it (pack.py).
+manylinux x86-64), whatever this machine runs.
 
-Wheels come through `pip download --only-binary=:all: --platform ...` (pip resolves the runtime
-list's dependencies for the node, not for this machine). TE's PyTorch extension is a source
+Wheels come through `pip download --no-deps --only-binary=:all: --platform ...`. TE's PyTorch extension is a source
 distribution whose setup.py imports torch, so pip cannot download it without building its
 metadata; its file is taken from the package index's JSON page (PEP 691) and checked against the
 sha256 the index lists.
@@ -19,13 +18,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.gpukit import contents as c
-from megatron_scale.gpukit.pack import DEFAULT_LIMIT, KitError, pack, sha256
+from gpukit import contents as c
+from gpukit.pack import KitError, sha256
 
 INDEX = "https://pypi.org/simple"
 
 
-def pip_download(specs: list[str], dest: Path, *, deps: bool, python: str = sys.executable) -> None:
+def pip_download(specs: list[str], dest: Path, *, deps: bool = False, python: str = sys.executable) -> None:
     platforms = [a for p in c.PLATFORMS for a in ("--platform", p)]
     argv = [python, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", c.PYTHON,
             "--implementation", "cp", *platforms, "-d", str(dest), *([] if deps else ["--no-deps"]), *specs]
@@ -69,36 +68,10 @@ def python_include(dest: Path, python: str | None = None) -> Path | None:
     return path
 
 
-def _one(folder: Path, spec: str) -> str:
-    """The one wheel in `folder` that `spec` (name==version pattern) downloaded."""
+def one(folder: Path, spec: str) -> Path:
+    """The one wheel in `folder` that `spec` (name==version, the version may end in .*) names."""
     name, version = spec.split("==")
-    hits = sorted(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    hits = sorted(folder.glob(f"{name.replace('-', '_')}-{version.replace('.*', '.')}*.whl"))
     if len(hits) != 1:
         raise KitError(f"{folder}: expected one wheel for {spec}, found {[h.name for h in hits]}")
-    return hits[0].name
-
-
-def build_kit(out: Path, staging: Path, *, limit: int = DEFAULT_LIMIT, python312: str | None = None) -> dict[str, Any]:
-    """Download everything into `staging` (reused: pip skips files already there), then pack it
-    into `out`. Returns the manifest."""
-    nodeps, deps = staging / "nodeps", staging / "deps"
-    for d in (nodeps, deps):
-        d.mkdir(parents=True, exist_ok=True)
-    pip_download([c.MCORE, *c.TE_WHEELS, *c.BUILD_HEADERS.values()], nodeps, deps=False)
-    pip_download([*c.RUNTIME, c.TRANSFORMERS_PIN], deps, deps=True)
-    sdist = download_sdist(c.TE_SDIST, c.TE_VERSION, nodeps)
-    include = python_include(staging, python312)
-    te = sorted(p.name for p in nodeps.glob(f"transformer_engine*-{c.TE_VERSION}-*.whl"))
-    mcore = sorted(p.name for p in nodeps.glob("megatron_core-*.whl"))
-    if len(te) != 2 or len(mcore) != 1:
-        raise KitError(f"{nodeps}: expected two TE wheels and one megatron-core wheel, found {te + mcore}")
-    headers = {h: _one(nodeps, w) for h, w in c.BUILD_HEADERS.items()}
-    runtime = sorted(deps.glob("*.whl"))
-    meta = {
-        "python": c.PYTHON, "te_version": c.TE_VERSION, "te_wheels": te, "te_sdist": sdist.name,
-        "mcore_wheel": mcore[0], "install": c.install_requirements(),
-        "header_wheels": headers, "runtime_wheels": [p.name for p in runtime],
-        "python_include": include.name if include else None,
-    }
-    files = [nodeps / n for n in (*te, *mcore, *headers.values())] + [sdist, *runtime] + ([include] if include else [])
-    return pack(files, out, meta, limit)
+    return hits[0]
