@@ -113,7 +113,8 @@ def _preserved(tp: int, backend: str = "sdpa", dtype: str = "float32") -> dict[s
     train = _tiny.batch(seed=7)
     for _ in range(STEPS):
         opt.zero_grad()
-        model(train["input_ids"], train["position_ids"], train["attention_mask"], labels=train["labels"]).float().mean().backward()
+        loss = model(train["input_ids"], train["position_ids"], train["attention_mask"], labels=train["labels"])
+        loss.float().mean().backward()
         opt.step()
     b = _tiny.batch(seed=3)
     model.eval()
