@@ -75,8 +75,9 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     from megatron_scale.methods import Full, Scale
 
     layers = 1 if scope == "layer" else a.layers
-    kernels = Kernels(transformer_impl=a.transformer_impl, fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe,
-                      initialize=True, cpu_initialization=a.device == "cpu")
+    kernels = Kernels(transformer_impl=a.transformer_impl, attention_backend=a.attention_backend,
+                      fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe, initialize=True,
+                      cpu_initialization=a.device == "cpu")
     if method in ("full_ft", "dense_up"):
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
@@ -344,6 +345,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 parameters and activations (GPU mode)")
     ap.add_argument("--transformer-impl", choices=["local", "transformer_engine"], default="local",
                     help="transformer_engine: SCALE's TE linears and TE attention, megatron-core's TE spec for the dense references")
+    ap.add_argument("--attention-backend", choices=["auto", "local", "sdpa"], default="auto",
+                    help="core attention of the local path: auto (SDPA on CUDA, megatron-core's local on CPU), "
+                         "sdpa, local (model/layers/sdpa.py)")
     ap.add_argument("--fp8-format", choices=["hybrid", "e4m3"], default=None,
                     help="FP8 through Transformer Engine (GPU mode; needs --transformer-impl transformer_engine and --bf16)")
     ap.add_argument("--fp8-recipe", choices=["delayed", "tensorwise"], default=None, help="with --fp8-format; default delayed")

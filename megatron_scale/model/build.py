@@ -25,8 +25,10 @@ from megatron_scale import _mcore as mc
 from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.layers.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
+from megatron_scale.model.layers.sdpa import check_attention_backend
 from megatron_scale.model.layers.spec import (
-    LOCAL, ScaleBackend, get_scale_block_spec, llama_block_spec, llama_te_block_spec, te_backend,
+    LOCAL, ScaleBackend, get_scale_block_spec, llama_block_spec, llama_te_block_spec, local_backend, te_backend,
+    with_attention_backend,
 )
 from megatron_scale.model.layers.te import apex_wgrad_kernel, fp8_config
 
@@ -49,6 +51,10 @@ class Kernels:
 
     transformer_impl: str = "local"
     """local (the fused SCALE linears, any device) | transformer_engine (TE GEMMs and attention)."""
+    attention_backend: str = "auto"
+    """Core attention of the local path (--attention-backend, model/layers/sdpa.py): auto (torch's
+    scaled_dot_product_attention on CUDA, megatron-core's DotProductAttention elsewhere) | sdpa
+    (SDPA everywhere) | local (megatron-core's). Only auto with transformer_engine."""
     fp8_format: str | None = None
     """FP8 GEMMs through Transformer Engine: hybrid | e4m3."""
     fp8_recipe: str | None = None
@@ -86,6 +92,7 @@ class Buildable(Protocol):
 
 def build_model(args: LlamaArgs, method: Buildable, parallel: Parallel = Parallel(), kernels: Kernels = Kernels()) -> Any:
     """This rank's model chunk for `method` (see the module docstring)."""
+    check_attention_backend(kernels.attention_backend, kernels.transformer_impl)
     fusion = kernels.gradient_accumulation_fusion
     if fusion and not method.own_wgrad_fusion and not apex_wgrad_kernel():
         raise ValueError(
@@ -105,9 +112,12 @@ def build_model(args: LlamaArgs, method: Buildable, parallel: Parallel = Paralle
 def build_gpt(cfg: Any, args: LlamaArgs, kernels: Kernels, spec: Any = None) -> Any:
     """megatron-core's GPTModel at `cfg`: on `spec`, or megatron-core's layer (TE's with
     --transformer-impl transformer_engine, norms fused into the linears; else the local one, with
-    a norm that supports sequence parallelism)."""
+    a norm that supports sequence parallelism). On the local path megatron-core's core attention
+    becomes the one kernels.attention_backend picks."""
     if spec is None:
         spec = llama_te_block_spec(cfg) if kernels.te else llama_block_spec(cfg)
+    if not kernels.te:
+        spec = with_attention_backend(spec, kernels.attention_backend)
     return mc.GPTModel(cfg, spec, **args.gpt_kwargs())
 
 
@@ -115,8 +125,11 @@ def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) ->
     """The SCALE model at geometry `dims` (checked against the base `cfg`)."""
     kwargs = args.gpt_kwargs()
     tied = kwargs.pop("share_embeddings_and_output_weights")
-    extra = {"backend": te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion)} if kernels.te else {}
-    return build_scale_gpt(cfg, dims, tied_embeddings=tied, **extra, **kwargs)
+    if kernels.te:
+        backend = te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion)
+    else:
+        backend = local_backend(kernels.attention_backend)
+    return build_scale_gpt(cfg, dims, tied_embeddings=tied, backend=backend, **kwargs)
 
 
 

@@ -32,6 +32,7 @@ from megatron_scale.flags import to_argv as to_argv_of
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.layers.sdpa import ATTENTION_BACKENDS, check_attention_backend
 from megatron_scale.model.layers.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
 from megatron_scale.training.checkpointing import CheckpointConfig
 from megatron_scale.training.metrics import LoggingConfig
@@ -64,6 +65,10 @@ class ModelConfig:
         "--transformer-impl", choices=("local", "transformer_engine")))
     """local: the fused SCALE linears (any device); transformer_engine: TE GEMMs and attention (CUDA,
     Transformer Engine installed; needed for FP8)."""
+    attention_backend: str = field(default="auto", metadata=flag("--attention-backend", choices=ATTENTION_BACKENDS))
+    """Core attention of --transformer-impl local: auto (torch's scaled_dot_product_attention on
+    CUDA, megatron-core's DotProductAttention on the CPU), sdpa (SDPA everywhere) or local
+    (megatron-core's; the score matrix materialised). model/layers/sdpa.py."""
     fp8_format: str | None = field(default=None, metadata=flag("--fp8-format", choices=FP8_FORMATS))
     """FP8 GEMMs through Transformer Engine (with --bf16 and --transformer-impl transformer_engine)."""
     fp8_recipe: str | None = field(default=None, metadata=flag("--fp8-recipe", choices=FP8_RECIPES))
@@ -236,6 +241,7 @@ class TrainConfig:
         if te and self.method.name == "lora":
             raise ValueError("--method lora: not with --transformer-impl transformer_engine "
                              "(the adapters wrap megatron-core's local linears)")
+        check_attention_backend(m.attention_backend, m.transformer_impl)
         check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)
 
 

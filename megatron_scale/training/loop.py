@@ -112,8 +112,8 @@ def _schedule(run: Run, data: Any, forward_only: bool) -> list[dict]:
 def _kernels(config: TrainConfig, device: torch.device) -> Kernels:
     m = config.model
     return Kernels(
-        transformer_impl=m.transformer_impl, fp8_format=m.fp8_format, fp8_recipe=m.fp8_recipe,
-        gradient_accumulation_fusion=m.gradient_accumulation_fusion, initialize=True,
+        transformer_impl=m.transformer_impl, attention_backend=m.attention_backend, fp8_format=m.fp8_format,
+        fp8_recipe=m.fp8_recipe, gradient_accumulation_fusion=m.gradient_accumulation_fusion, initialize=True,
         init_method_std=m.init_method_std, cpu_initialization=device.type == "cpu",
     )
 

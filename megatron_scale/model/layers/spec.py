@@ -6,8 +6,9 @@ decides per layer and per module whether W12 exists. With pipeline parallelism t
 holds only this stage's layers, numbered globally for the Adapt choice.
 
 `ScaleBackend` names the four swappable parts: `LOCAL` (the fused local linears, every CPU run)
-is the default; `te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py) and TE's
-attention, with the same partition logic and checkpoint entries.
+is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py);
+`te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py) and TE's attention, with the
+same partition logic and checkpoint entries.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from megatron_scale.config import ScaleDims
 from megatron_scale.model.layers.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
 from megatron_scale.model.layers.norm import RMSNorm, SplitRMSNorm
 from megatron_scale.model.layers.partition import BlockSplit
+from megatron_scale.model.layers.sdpa import core_attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,12 @@ class ScaleBackend:
 
 
 LOCAL = ScaleBackend()
+
+
+def local_backend(attention_backend: str = "local") -> ScaleBackend:
+    """--transformer-impl local: the fused local linears, core attention by `attention_backend`
+    (auto | local | sdpa; model/layers/sdpa.py)."""
+    return replace(LOCAL, core_attention=core_attention(attention_backend))
 
 
 def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False) -> ScaleBackend:
@@ -133,12 +141,15 @@ def get_scale_block_spec(
     )
 
 
-def llama_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | None = None) -> mc.TransformerBlockSubmodules:
+def llama_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | None = None,
+                     attention_backend: str = "local") -> mc.TransformerBlockSubmodules:
     """The plain (non-SCALE) Llama block for this pipeline stage: megatron-core's local layer
     spec with its norms swapped for `RMSNorm`, which computes the same and also supports
-    sequence parallelism. Checkpoint keys are the local spec's."""
+    sequence parallelism, and its core attention by `attention_backend` (sdpa.py). Checkpoint
+    keys are the local spec's."""
     layer = mc.get_gpt_layer_local_spec(normalization="RMSNorm")
     layer = replace(layer, submodules=replace(layer.submodules, input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
+    layer = with_attention_backend(layer, attention_backend)
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
     return mc.TransformerBlockSubmodules(layer_specs=[layer] * count, layer_norm=RMSNorm)
 
@@ -149,3 +160,16 @@ def llama_te_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int |
     layer = mc.te_extensions().get_gpt_layer_with_transformer_engine_spec()
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
     return mc.TransformerBlockSubmodules(layer_specs=[layer] * count, layer_norm=RMSNorm)
+
+
+def with_attention_backend(spec: Any, attention_backend: str) -> Any:
+    """A local layer spec (or block spec) with megatron-core's DotProductAttention swapped for the
+    core attention of `attention_backend` (sdpa.py); any other core attention is left as it is."""
+    if isinstance(spec, mc.TransformerBlockSubmodules):
+        return replace(spec, layer_specs=[with_attention_backend(s, attention_backend) for s in spec.layer_specs])
+    attention = spec.submodules.self_attention
+    if attention.submodules.core_attention is not mc.DotProductAttention:
+        return spec
+    attention = replace(attention, submodules=replace(attention.submodules,
+                                                      core_attention=core_attention(attention_backend)))
+    return replace(spec, submodules=replace(spec.submodules, self_attention=attention))
