@@ -1,7 +1,7 @@
 """NSMC sentiment, a Korean zero-shot benchmark: is a movie review negative (rating 1-4) or
 positive (9-10)? Scored as lm-evaluation-harness scores multiple choice (tasks.Item, scoring.py):
-the prompt form's context, then each label word as a continuation; acc and acc_norm with the
-harness's standard error.
+a label form's prompt, then each label word as a continuation (acc and acc_norm), or a channel
+form's two prompts, then the review (acc only, as Winogrande), with the harness's standard error.
 
 The items are tools/prepare_nsmc.py's bench.jsonl in the folder NSMC_DIR names (checked against
 the sha256 its splits.json records): reviews of movies that are in neither the training nor the
@@ -128,4 +128,5 @@ def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike |
         raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} {part} items")
     return chosen, {"source": f"NSMC {path / 'bench.jsonl'} ({part} part; movies in no training or held-out text)",
                     "variant": form, "split": part, "num_fewshot": 0,
-                    "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed")}
+                    "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
+                    "acc_norm": FORMS[form].contexts[0] == FORMS[form].contexts[1]}
