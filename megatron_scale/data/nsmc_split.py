@@ -51,7 +51,7 @@ class SplitConfig:
     """Share of the movies whose reviews are held-out text (bits per byte)."""
     test_per_label: int = 500
     """Test reviews of each label (the test part has twice as many)."""
-    dev_per_label: int = 200
+    dev_per_label: int = 100
     """Dev reviews of each label."""
     max_per_movie: int = 5
     """At most this many reviews of one label from one movie, in either part."""

@@ -120,7 +120,7 @@ def test_bad_lines_and_files_are_named_and_change_nothing(inputs: dict[str, Path
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     assert _tool(["--input", str(inputs["raw"]), "--out", str(out)]) == 2  # defaults need a real corpus's size
-    assert "fewer than the 200 asked for" in capsys.readouterr().err and not out.exists()
+    assert "fewer than the 100 asked for" in capsys.readouterr().err and not out.exists()
     prepare_nsmc(str(inputs["raw"]), out, _nsmc.SMALL)
     before = _files(out)
     rows = _nsmc.reviews()
