@@ -22,6 +22,9 @@ held-out text (the first --text-tokens tokens, whole documents): en (Shakespeare
 ko (konlpy bills and constitution), ko-rnd (the Korean R&D manuals of korean-rnd-regs-mcp).
 Zero-shot by default (the task files' rc_0shot variants; ARC's are its validation split);
 --variant TASK=VARIANT picks another task file (e.g. arc_easy=test_rc_5shot).
+Korean: --tasks nsmc is NSMC sentiment (zero-shot, balanced, on movies no training text holds)
+from the folder tools/prepare_nsmc.py writes, named by --nsmc-dir or $NSMC_DIR; nsmc_dev is its
+dev part, --variant nsmc_dev=FORM another prompt form (megatron_scale/evaluation/nsmc.py).
 All the work is in megatron_scale.evaluation.
 """
 
@@ -50,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated (default {DEFAULT_TASKS})")
     p.add_argument("--variant", action="append", default=[], type=name_value("--variant", "VARIANT"),
                    metavar="TASK=VARIANT", help="another task file variant for one task (repeatable)")
+    p.add_argument("--nsmc-dir", default=None, help="for the nsmc tasks: tools/prepare_nsmc.py's --out folder "
+                   "(default: $NSMC_DIR)")
     p.add_argument("--limit", type=int, default=None, help="documents per task, drawn with --seed (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset (default 1234)")
     p.add_argument("--output", required=True, help="results JSON to write (the table goes beside it, .md)")
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("--text-window", args.text_window)):
         if value < 1:
             p.error(f"{flag}: must be at least 1, got {value}")
+    if args.nsmc_dir:  # where evaluation/nsmc.py looks, here and in the ranks --load spawns
+        os.environ["NSMC_DIR"] = args.nsmc_dir
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from megatron_scale.checkpoint import CheckpointError

@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True, help="folder for results.json, report.md, perplexity.png")
     p.add_argument("--old", action="append", default=None,
                    help="evaluation set that measures forgetting (repeat for several; the first is the main one; default en)")
-    p.add_argument("--new", default="ko", help="evaluation set that measures learning")
+    p.add_argument("--new", action="append", default=None,
+                   help="evaluation set that measures learning (repeat for several; the first is the main one; default ko)")
     p.add_argument("--route-sweep", default=None, metavar="SWEEP_JSON",
                    help="tools/route_sweep.py's sweep.json (with --keep-old): adds the SCALE-Route section")
     p.add_argument("--text-bytes", default=None, metavar="JSON",
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_scale.recipe.report import write_report
 
     try:
-        results = write_report(args.base, runs, args.output, args.old or ["en"], args.new, args.base_iteration,
+        results = write_report(args.base, runs, args.output, args.old or ["en"], args.new or ["ko"], args.base_iteration,
                                args.route_sweep, args.text_bytes, bench or None, failed)
     except (OSError, ValueError, KeyError) as e:
         print(f"scale_report.py: error: {e}", file=sys.stderr)

@@ -99,7 +99,7 @@ def evaluate(scorer: Scorer, tasks: Sequence[str], *, limit: int | None = None, 
         scored = score_items(scorer, chosen, batch_tokens)
         acc = mean_stderr([s["acc"] for s in scored])
         row: dict[str, Any] = {"acc": acc[0], "acc_stderr": acc[1]}
-        if TASKS[name].norm:
+        if where.pop("acc_norm", TASKS[name].norm):  # a task whose prompt form decides it says so
             norm = mean_stderr([s["acc_norm"] for s in scored])
             row.update(acc_norm=norm[0], acc_norm_stderr=norm[1])
         row.update(n=len(chosen), n_total=len(items), seed=seed, **where,

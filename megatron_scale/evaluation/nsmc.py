@@ -1,0 +1,132 @@
+"""NSMC sentiment, a Korean zero-shot benchmark: is a movie review negative (rating 1-4) or
+positive (9-10)? Scored as lm-evaluation-harness scores multiple choice (tasks.Item, scoring.py):
+a label form's prompt, then each label word as a continuation (acc and acc_norm), or a channel
+form's two prompts, then the review (acc only, as Winogrande), with the harness's standard error.
+
+The items are tools/prepare_nsmc.py's bench.jsonl in the folder NSMC_DIR names (checked against
+the sha256 its splits.json records): reviews of movies that are in neither the training nor the
+held-out text, the same number of each label (a constant answer scores 50%). Two tasks:
+
+    nsmc       the test part, the frozen benchmark
+    nsmc_dev   the dev part (other movies), on which the prompt form was chosen
+
+`FORMS` are the prompt and label-word forms tried on the dev part (docs/evaluation.md gives
+their dev accuracies); `FROZEN` is the one chosen, the tasks' default variant. Another form is a
+--variant away (`--variant nsmc_dev=ko_label`), for a dev sweep; a score with another form is not
+the benchmark's. This is not the corpus's official test split (ratings_test.txt), and its scores
+are not comparable with published NSMC accuracies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from megatron_scale.evaluation.tasks import Item, TaskError
+
+ENV = "NSMC_DIR"
+"""The environment variable naming the folder tools/prepare_nsmc.py wrote."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Form:
+    """One prompt form: what is scored after what, for (negative, positive); {review} marks
+    where the review's text goes. A label form scores two label words after one prompt; a channel
+    form scores the review itself after two prompts (as the harness scores Winogrande: several
+    contexts, one continuation), so no label word's own frequency decides."""
+
+    contexts: tuple[str, str]
+    """The context of each choice (the same for a label form)."""
+    continuations: tuple[str, str]
+    """The continuation of each choice, its leading space (the harness's target delimiter) included."""
+
+    def item(self, row: dict[str, Any]) -> Item:
+        fill = {"review": row["text"]}
+        return Item(doc_id=str(row["id"]), contexts=tuple(c.format(**fill) for c in self.contexts),
+                    continuations=tuple(c.format(**fill) for c in self.continuations), gold=int(row["label"]))
+
+
+def _label(prompt: str, negative: str, positive: str) -> Form:
+    return Form(contexts=(prompt, prompt), continuations=(f" {negative}", f" {positive}"))
+
+
+def _channel(negative: str, positive: str) -> Form:
+    return Form(contexts=(negative, positive), continuations=(" {review}", " {review}"))
+
+
+FORMS = {
+    "ko_label": _label("리뷰: {review}\n감정:", "부정", "긍정"),
+    "en_label": _label("Review: {review}\nSentiment:", "negative", "positive"),
+    "ko_cloze": _label("{review}\n한마디로 이 영화는", "최악", "최고"),
+    "en_cloze": _label("Movie review: {review}\nIn one word, the movie was", "terrible", "great"),
+    "ko_channel": _channel("부정적인 영화 리뷰:", "긍정적인 영화 리뷰:"),
+    "en_channel": _channel("A negative movie review:", "A positive movie review:"),
+}
+FROZEN = "ko_label"
+"""The form the benchmark uses (chosen on nsmc_dev; docs/evaluation.md, "NSMC")."""
+PARTS = {"nsmc": "test", "nsmc_dev": "dev"}
+
+
+def bench_dir(folder: str | os.PathLike | None = None) -> Path:
+    """The NSMC folder: `folder`, else $NSMC_DIR; TaskError saying how to make one if neither."""
+    given = folder or os.environ.get(ENV)
+    if not given:
+        raise TaskError(f"the nsmc tasks need the folder tools/prepare_nsmc.py writes: set {ENV}=DIR "
+                        f"(python tools/prepare_nsmc.py --input reviews.jsonl.zst --out DIR)")
+    path = Path(given)
+    if not (path / "bench.jsonl").is_file() or not (path / "splits.json").is_file():
+        raise TaskError(f"{ENV}={path}: no bench.jsonl and splits.json there (tools/prepare_nsmc.py --out writes them)")
+    return path
+
+
+def read_bench(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """bench.jsonl's rows, checked against splits.json's sha256; and splits.json."""
+    bench, record = folder / "bench.jsonl", folder / "splits.json"
+    try:
+        splits = json.loads(record.read_text(encoding="utf-8"))
+        want = splits["outputs"]["bench.jsonl"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TaskError(f"{record}: not tools/prepare_nsmc.py's record ({type(e).__name__}: {e})") from e
+    data = bench.read_bytes()
+    if hashlib.sha256(data).hexdigest() != want:
+        raise TaskError(f"{bench}: its sha256 is not the one {record} records (changed since tools/prepare_nsmc.py "
+                        "wrote it: prepare the folder again)")
+    rows = []
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            if not isinstance(row["text"], str) or row["label"] not in (0, 1) or row["part"] not in ("dev", "test"):
+                raise ValueError(f"text {row['text']!r}, label {row['label']!r}, part {row['part']!r}")
+            str(row["id"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise TaskError(f"{bench}:{n}: not a benchmark line ({type(e).__name__}: {e})") from e
+        rows.append(row)
+    return rows, splits
+
+
+def items(rows: list[dict[str, Any]], part: str, form: str) -> list[Item]:
+    """The part's reviews as multiple-choice items in the form `form`, in file order."""
+    return [FORMS[form].item(r) for r in rows if r["part"] == part]
+
+
+def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike | None = None
+              ) -> tuple[list[Item], dict[str, Any]]:
+    """The items of task `name` (nsmc or nsmc_dev) in form `variant` (default FROZEN), and where
+    they came from, as tasks.load_task returns them."""
+    form = FROZEN if variant in (None, "frozen") else variant
+    if form not in FORMS:
+        raise TaskError(f"--variant {form}: {name}'s prompt forms are {', '.join(FORMS)} (the benchmark's: {FROZEN})")
+    path = bench_dir(folder)
+    rows, splits = read_bench(path)
+    part = PARTS[name]
+    chosen = items(rows, part, form)
+    if len(chosen) < 2:
+        raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} {part} items")
+    return chosen, {"source": f"NSMC {path / 'bench.jsonl'} ({part} part; movies in no training or held-out text)",
+                    "variant": form, "split": part, "num_fewshot": 0,
+                    "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
+                    "acc_norm": FORMS[form].contexts[0] == FORMS[form].contexts[1]}
