@@ -114,7 +114,7 @@ note "gpu_run.sh $RUN: $(date -u +%FT%TZ), budget $BUDGET s, device $DEV, GPU: $
 # ---- te ----------------------------------------------------------------------------------------
 run_te() {
   local installed=0 L=16 shape bench
-  if "$PY" -c 'import transformer_engine.pytorch' > /dev/null 2>&1; then
+  if "$PY" -c 'import torch, transformer_engine.pytorch' > /dev/null 2>&1; then
     skip install "transformer_engine.pytorch already imports"; installed=1
   elif [ -d "$KIT/main" ]; then
     local gpu=(--require-gpu) build=() limit=90

@@ -148,3 +148,20 @@ def test_the_build_step_runs_offline_and_a_second_install_reuses_its_wheel(tmp_p
     assert wheel.name.startswith("transformer_engine_torch-2.20.2-") and wheel.parent == work / "built"
     assert source.reused_build(work / "built", "2.11.0+cu130", manifest["te_sdist"]) == wheel
     assert source.reused_build(work / "built", "2.12.0+cu130", manifest["te_sdist"]) is None, "another torch: rebuild"
+
+
+def test_the_committed_extension_is_stamped_for_the_nodes_torch_only() -> None:
+    """tools/gpukit/prebuilt/: `build` without --extension takes it for torch 2.11.0+cu130 (the node's)
+    and for no other torch; it is TE's extension for CPython 3.12 with its shared object inside."""
+    import zipfile
+
+    from gpukit import build
+
+    sdist = f"{contents.TE_SDIST.replace('-', '_')}-{contents.TE_VERSION}.tar.gz"
+    wheel = source.reused_build(build.PREBUILT, "2.11.0+cu130", sdist)
+    assert wheel is not None and wheel.name == f"transformer_engine_torch-{contents.TE_VERSION}-cp312-cp312-linux_x86_64.whl"
+    assert source.reused_build(build.PREBUILT, "2.13.0+cu128", sdist) is None, "another torch: no prebuilt extension"
+    assert source.reused_build(build.PREBUILT, "2.11.0+cu130", "transformer_engine_torch-2.21.0.tar.gz") is None
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert any(n.endswith(".cpython-312-x86_64-linux-gnu.so") and "transformer_engine_torch" in n for n in names), names

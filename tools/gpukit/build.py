@@ -7,8 +7,9 @@
 main/ holds TE's Python wheel, the core wheel with its library cut to --arch (fatbin.py; same
 file name, RECORD rewritten, the cut checked byte for byte against the original), the extension
 prebuilt against the node's torch (--extension, built in a venv shaped like the node:
-`source.build_extension`, or the `extension` command; without it the node builds the extension
-from src/), megatron-core and the pydantic stack.
+`source.build_extension`, or the `extension` command; without --extension the one committed in
+prebuilt/ where it fits --node-python's torch; without either the node builds the extension from
+src/), megatron-core and the pydantic stack.
 kit.json records what they were built against (Python, torch, CUDA of --node-python: the venv the
 extension was built in), the architecture kept, the cut's counts, and every file's size and
 sha256, in install order.
@@ -22,8 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from gpukit import contents as c
-from gpukit import fatbin, fetch, node, wheel
+from gpukit import fatbin, fetch, node, source, wheel
 from gpukit.pack import MIB, KitError, folder_sizes, pack, sha256
+
+PREBUILT = Path(__file__).resolve().parent / "prebuilt"
+"""TE's PyTorch extension built here against the node's torch, stamped with that torch and the sdist
+(source.BUILT_FOR; prebuilt/README.md says how). `build` without --extension takes it when the
+--node-python's torch is the stamped one."""
 
 
 def _entry(path: Path, role: str) -> dict[str, Any]:
@@ -67,6 +73,8 @@ def build(out: Path, downloads: Path, *, archs: set[int], extension: Path | None
     if "torch_error" in facts:
         raise KitError(f"--node-python {node_python}: {facts['torch_error']}")
     files = download(downloads)
+    if extension is None:  # the one committed beside this code, where it fits the node's torch
+        extension = source.reused_build(PREBUILT, facts["torch"], files["te_sdist"].name)
     main = out / c.MAIN
     main.mkdir(parents=True)
     core = main / files["te_core"].name
