@@ -23,7 +23,8 @@ Semantics, against megatron-core's local path:
   views (no copy of Q, K or V where the kernel takes strided inputs);
 - softmax: the kernels accumulate scores and softmax in fp32 for 16-bit inputs (megatron's
   attention_softmax_in_fp32), and never round the scores to bf16 as megatron's baddbmm does, so
-  under bf16 SDPA is the more exact of the two (measured: docs/performance.md);
+  under bf16 SDPA should be the more exact of the two (tests/model/test_sdpa.py's GPU test compares
+  them in bf16 on CUDA; not yet run);
 - masks: with AttnMaskType.causal and a square score matrix the kernel's own causal mask is used
   and the attention_mask argument is not read. That is megatron-core's contract ("in case
   attn_mask_type is causal the mask is generated and None can be passed"), what its fused softmax
