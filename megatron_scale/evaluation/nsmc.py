@@ -66,8 +66,11 @@ FORMS = {
     "ko_channel": _channel("부정적인 영화 리뷰:", "긍정적인 영화 리뷰:"),
     "en_channel": _channel("A negative movie review:", "A positive movie review:"),
 }
-FROZEN = "ko_label"
-"""The form the benchmark uses (chosen on nsmc_dev; docs/evaluation.md, "NSMC")."""
+FROZEN = "en_cloze"
+"""The form the benchmark uses, chosen on nsmc_dev with SmolLM2-135M-Instruct: the highest acc of the
+six (56.5 +- 3.5 %; the others 48.5-52.5; docs/evaluation.md, "NSMC"). Its acc is the score: its
+acc_norm divides by the label words' lengths (" terrible" 9 characters, " great" 6), which moves
+every answer to one side."""
 PARTS = {"nsmc": "test", "nsmc_dev": "dev"}
 
 
