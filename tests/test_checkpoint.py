@@ -138,7 +138,7 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
                             other.output_layer.unit)
     # a checkpoint written before router_statistic and router_direction existed (its record lacks them) loads
     from megatron_scale.config import ScaleDims
-    from megatron_scale.records import read_records
+    from megatron_scale.checkpoint.records import read_records
 
     to_record = ScaleDims.to_record
     ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k not in ("router_statistic", "router_direction", "router_unit")}  # type: ignore[method-assign]

@@ -3,7 +3,7 @@
   from training, data, the methods or tools; the methods (megatron_scale.methods) nothing from
   training, data, conversion or tools;
 - model/ by role: the layers (model/layers/) never import the builder (model/build.py) nor the
-  checkpoint state's digest; the checkpoint keys and state (model/weights/) import no layer and no
+  checkpoint wing (checkpoint/); the checkpoint keys and state (model/weights/) import no layer and no
   builder; the route statistics (route_stats/) import no model code and no route sweep (route_eval/);
 - every megatron.core import goes through megatron_scale/_mcore.py;
 - only megatron_scale/distributed.py knows about the CPU backend;
@@ -82,7 +82,7 @@ def test_model_code_is_split_by_role() -> None:
     dependency on the rest of the package is the process group they reduce over; the route
     statistics (route_stats/) are pure functions the router and the route sweeps share."""
     rules = {
-        PKG / "model" / "layers": ("megatron_scale.model.build", "megatron_scale.model.weights.digest",
+        PKG / "model" / "layers": ("megatron_scale.model.build", "megatron_scale.checkpoint",
                                    "megatron_scale.methods", "megatron_scale.route_eval"),
         PKG / "model" / "weights": ("megatron_scale.model.layers", "megatron_scale.model.build",
                                     "megatron_scale.model.args", "megatron_scale.methods"),

@@ -13,9 +13,9 @@ import torch
 def test_one_record_policy(tmp_path: Path) -> None:
     """records.read_records: a missing directory and a legacy pickled common.pt are refused by
     name; a directory that is no torch_dist checkpoint is refused, or None where the caller asks."""
-    from megatron_scale.checkpoint import CheckpointError, check_lora_record, read_scale_record
+    from megatron_scale.checkpoint.io import CheckpointError, check_lora_record, read_scale_record
     from megatron_scale.methods import Full
-    from megatron_scale.records import read_records
+    from megatron_scale.checkpoint.records import read_records
 
     with pytest.raises(CheckpointError, match=r"nope does not exist"):
         read_records(tmp_path / "nope")
@@ -49,7 +49,7 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
     from megatron_scale import _mcore as mc
     from megatron_scale.methods import Freeze, Full, LlamaPro, Lora, Scale, recorded_method
     from megatron_scale.model.layers.lora import LoraSettings
-    from megatron_scale.records import CheckpointRecords, scale_record
+    from megatron_scale.checkpoint.records import CheckpointRecords, scale_record
 
     dims = _dims()
     lora = Lora(settings=LoraSettings(rank=4, alpha=8.0, dropout=0.1, seed=5))
@@ -78,10 +78,10 @@ def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path)
     aside) or another LoRA rank is refused, naming the directory and the field."""
     import dataclasses
 
-    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.checkpoint.io import CheckpointError, check_method_record
     from megatron_scale.methods import Full, Lora, Scale
     from megatron_scale.model.layers.lora import LoraSettings
-    from megatron_scale.records import CheckpointRecords
+    from megatron_scale.checkpoint.records import CheckpointRecords
 
     dims = _dims()
 
@@ -115,9 +115,9 @@ def test_a_new_methods_own_record_entry_is_written_checked_and_read_back(tmp_pat
     from dataclasses import dataclass
     from typing import Any
 
-    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.checkpoint.io import CheckpointError, check_method_record
     from megatron_scale.methods import Full, recorded_method
-    from megatron_scale.records import CheckpointRecords, scale_record
+    from megatron_scale.checkpoint.records import CheckpointRecords, scale_record
 
     @dataclass(kw_only=True, frozen=True)
     class Tagged(Full):

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.convert.hf_config import ConversionError
 from megatron_scale.distributed import free_port
 
@@ -38,7 +39,7 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         device = init_distributed(tp, pp, device="auto")
         out.put((rank, None, fn(*args, device=device)))
     except Exception as e:  # noqa: BLE001 (forwarded to the parent, which raises once)
-        kind = "conversion" if isinstance(e, ConversionError | KeyError | ValueError) else "internal"
+        kind = "conversion" if isinstance(e, ConversionError | CheckpointError | KeyError | ValueError) else "internal"
         out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
     finally:
         # A tensor in the queue is shared through this process (torch.multiprocessing's file

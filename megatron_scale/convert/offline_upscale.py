@@ -18,16 +18,16 @@ from typing import Any
 
 import torch
 
-from megatron_scale.checkpoint import save_checkpoint
+from megatron_scale.checkpoint.io import save_checkpoint
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.checkpoint.records import MODEL_ARGS
 from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
 from megatron_scale.convert import keymap
 from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.hf_config import ConversionError, check_parallel
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel
 from megatron_scale.methods import Scale
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
-from megatron_scale.records import MODEL_ARGS
 from megatron_scale.upscale import load_upscaled
 
 
@@ -41,6 +41,7 @@ def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims,
     save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=method)
 
 
+@conversion_errors()
 def upscale_checkpoint(
     base_dir: str | os.PathLike, out_dir: str | os.PathLike, scale: ScaleConfig, *, tp: int = 1, pp: int = 1,
     model_args: str | os.PathLike | None = None,

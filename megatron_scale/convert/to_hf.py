@@ -33,9 +33,9 @@ from megatron_scale.convert.hf_io import (
     write_json,
     write_shards,
 )
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.model.args import DTYPES, LlamaArgs
-from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
+from megatron_scale.convert.hf_config import ConversionError, conversion_errors, to_hf_config, with_dtype
 
 DEFAULT_SHARD_BYTES = 5 * 2**30
 
@@ -131,6 +131,7 @@ def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, voca
     return codes
 
 
+@conversion_errors()
 def convert_megatron_to_hf(
     ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
     tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,

@@ -23,7 +23,7 @@ from megatron_scale.config import ScaleDims
 from megatron_scale.convert.launch import on_ranks
 from megatron_scale.model.build import build_model
 from megatron_scale.methods import recorded_method
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.layers.heads import output_head, set_unit_codes
 from megatron_scale.model.inputs import causal_mask, position_ids

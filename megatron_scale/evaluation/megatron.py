@@ -73,8 +73,8 @@ def model_logits(model: Any, ids: torch.Tensor, vocab: int, route_labels: bool =
 
 def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tuple[Any, Any]:
     """(this rank's model chunk with the checkpoint's weights, in eval mode; the reader)."""
-    from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.io import load_checkpoint
+    from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.methods import recorded_method
 

@@ -8,7 +8,7 @@ what of it trains, where its first weights come from, and what its checkpoints r
         def plan(cls, given: Given) -> Freeze   # from the flags given and --load's records
         def prepare(self, model, args)          # after the build: what it freezes
         def load_initial(...)                   # its first weights, from a base or its own checkpoint
-        def record(self) -> dict                # what its checkpoints record (records.py `scale`)
+        def record(self) -> dict                # what its checkpoints record (checkpoint/records.py `scale`)
         @classmethod
         def from_record(cls, records)           # itself, from a checkpoint's records (or None)
 
@@ -24,12 +24,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.records import CheckpointRecords
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import is_lora_key
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.records import CheckpointRecords
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,15 +51,6 @@ class Given:
     """--load is a run checkpoint to resume."""
     where: str
     """`--load DIR`, for messages."""
-
-
-def read_base_state(directory: str | Path) -> dict[str, torch.Tensor]:
-    """Global base tensors from a GPT dist checkpoint (optimizer entries dropped).
-
-    Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
-    offline tools/upscale_checkpoint.py path avoids it for larger models)."""
-    plain = mc.dist_checkpointing.load_plain_tensors(str(directory))
-    return {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}
 
 
 class TrainingMethod:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_scale.methods.base import TrainingMethod
-from megatron_scale.records import CheckpointRecords
+from megatron_scale.checkpoint.records import CheckpointRecords
 
 
 PLAIN_RECORD = {"frozen_digest", "dims", "mcore_version"}

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import check_lora_record
+from megatron_scale.checkpoint.io import check_lora_record
+from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.records import CheckpointRecords
 from megatron_scale.flags import flag
-from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
+from megatron_scale.methods.base import Given, TrainingMethod
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.records import CheckpointRecords
 
 DEFAULTS = LoraSettings()
 

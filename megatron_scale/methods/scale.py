@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.checkpoint import load_checkpoint
+from megatron_scale.checkpoint.io import load_checkpoint
+from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.records import CheckpointRecords
 from megatron_scale.config import ScaleConfig, ScaleDims
 from megatron_scale.flags import flag_names, given, optional_twin
-from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
+from megatron_scale.methods.base import Given, TrainingMethod
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
 from megatron_scale.model.layers.lora import is_lora_key
-from megatron_scale.records import CheckpointRecords
 from megatron_scale.upscale import load_upscaled
 
 ScaleSettings = optional_twin(ScaleConfig, "ScaleSettings", __name__)

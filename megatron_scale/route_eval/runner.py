@@ -102,9 +102,9 @@ def _same(a: str, b: str) -> bool:
 
 
 def _model(load: str, tp: int, device: torch.device) -> Any:
-    from megatron_scale.checkpoint import load_checkpoint
+    from megatron_scale.checkpoint.io import load_checkpoint
+    from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.methods import Scale
 
     reader = MegatronReader(load)
@@ -126,11 +126,11 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
 
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,
                device: torch.device) -> str:
-    from megatron_scale.checkpoint import save_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.io import save_checkpoint
+    from megatron_scale.checkpoint.reader import MegatronReader
+    from megatron_scale.checkpoint.records import MODEL_ARGS
     from megatron_scale.methods import Scale
     from megatron_scale.model.layers.heads import set_router_default
-    from megatron_scale.records import MODEL_ARGS
 
     model = _model(load, tp, device)
     set_router_default(model, tau, statistic, direction, unit)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from megatron_scale.methods import TrainingMethod
-from megatron_scale.records import CheckpointRecords, read_records
+from megatron_scale.checkpoint.records import CheckpointRecords, read_records
 
 
 def load_initial_weights(model: Any, directory: str, method: TrainingMethod, base_layers: int,

@@ -22,12 +22,13 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
+from megatron_scale.checkpoint.layout import SavedLayout, same_grid
+from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.data.indexed import DatasetError
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
-from megatron_scale.records import CheckpointError, SavedLayout
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
@@ -35,7 +36,6 @@ from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.initial_weights import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
-from megatron_scale.training.reshard import same_grid
 from megatron_scale.training.say_once import say_error_once
 
 
@@ -56,7 +56,7 @@ class Run:
     dp_rank: int
     dp_size: int
     model_args: dict[str, Any]  # the architecture record the run's checkpoints carry
-    layout: SavedLayout  # the layout record the run's checkpoints carry (training/reshard.py)
+    layout: SavedLayout  # the layout record the run's checkpoints carry (checkpoint/layout.py)
     device: torch.device  # the run's one device: batches and collective buffers go here
     method: TrainingMethod  # the method the model was built for: what its checkpoints record
     iteration: int = 0

@@ -57,12 +57,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.methods import Scale
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head, output_layers
-    from megatron_scale.records import MODEL_ARGS
+    from megatron_scale.checkpoint.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
     init_distributed(1, 1, device="cpu")

@@ -72,12 +72,12 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
     from megatron_scale.config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.methods import Full, Scale
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.model.layers.heads import set_router_default
-    from megatron_scale.records import MODEL_ARGS
+    from megatron_scale.checkpoint.records import MODEL_ARGS
     from tests import _tiny
     from tests.convert.test_scale_export import _perturb
 

@@ -63,7 +63,7 @@ def _train_preserve(tp: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
     from megatron_scale.config import ScaleConfig
     from megatron_scale.model.layers.heads import output_head
-    from megatron_scale.model.weights.digest import frozen_base_digest
+    from megatron_scale.checkpoint.digest import frozen_base_digest
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=True)

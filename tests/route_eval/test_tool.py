@@ -93,7 +93,7 @@ def test_sweep_per_character_and_word_beside_per_token(work: dict) -> None:
 
 @pytest.mark.dist
 def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
-    from megatron_scale.checkpoint import read_scale_record
+    from megatron_scale.checkpoint.io import read_scale_record
     from megatron_scale.convert import convert_megatron_to_hf
 
     res = json.loads((work["root"] / "out" / "sweep.json").read_text())

@@ -121,7 +121,7 @@ def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> N
 def _counted_setup(rank: int, world: int, argv: list[str], save: bool) -> dict[str, int]:
     import sys
 
-    from megatron_scale import records
+    from megatron_scale.checkpoint import records
     from megatron_scale.config import ScaleConfig
     from megatron_scale.training import loop
 

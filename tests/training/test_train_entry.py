@@ -467,7 +467,7 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
     from pathlib import Path
 
     from megatron_scale.training.config import parse
-    from megatron_scale.records import read_records
+    from megatron_scale.checkpoint.records import read_records
     from megatron_scale.training.plan import FlagError, plan
 
     rec = read_records(work["base_ckpt"]).model_args
@@ -501,7 +501,7 @@ def test_decoupled_lr_gives_the_expansion_tables_their_own_lr(work: dict, preser
     output parameters, at their own LR. At 0 they keep their zero init while the rest of the
     expansion learns (in the uninterrupted Preserve run they moved); the checkpoint records it and
     a resume with another is refused by name, before any step."""
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.reader import MegatronReader
 
     save = work["root"] / "decoupled0"
     got = losses(train(1, work["root"] / "decoupled0.jsonl", "--method", "scale-preserve", "--train-iters", "4",

@@ -2,7 +2,7 @@
 
 A checkpoint saved at one TP/PP layout loads at another. Beside the tensors it records, in the
 checkpoint's common state (records.py reads and names them):
-    scale.frozen_digest   digest of the frozen tensors (model/weights/digest.py), verified at every load
+    scale.frozen_digest   digest of the frozen tensors (digest.py), verified at every load
     scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
                           of another geometry stops with a message naming the first differing field.
                           It also records the router's default (router_tau, router_statistic,
@@ -40,9 +40,9 @@ from torch import nn
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
 from megatron_scale.config import ROUTER_SETTINGS
-from megatron_scale.model.weights.digest import frozen_base_digest
+from megatron_scale.checkpoint.digest import frozen_base_digest
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
 from megatron_scale.model.weights.state import tree_map
-from megatron_scale.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
 
 __all__ = [
     "CheckpointError", "check_lora_record", "check_method_record", "iteration_dir", "latest_iteration_dir",

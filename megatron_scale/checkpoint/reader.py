@@ -7,8 +7,12 @@ into their base weights (`get_merged`).
 Each tensor is read as its global (layout-independent) value through torch.distributed.checkpoint
 with no process group: a checkpoint saved at any TP/PP reads the same, and only one tensor (all
 layers of one key) is in memory at a time. The checkpoint's records (records.py: the model
-arguments, the SCALE geometry, LoRA settings) are `records`; what records.py refuses is a
-ConversionError here.
+arguments, the SCALE geometry, LoRA settings) are `records`. Whatever cannot be read is one
+CheckpointError naming the directory, the key or --model-args (conversion, the tools' front,
+re-raises it as its ConversionError).
+
+`read_base_state` reads every model tensor at once, for the loaders that fill a model from a
+base checkpoint's global tensors (the methods' load_initial).
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import latest_iteration_dir
+from megatron_scale.checkpoint.io import latest_iteration_dir
+from megatron_scale.checkpoint.records import CheckpointError, read_records
 from megatron_scale.config import ScaleDims
-from megatron_scale.convert.hf_config import ConversionError
 from megatron_scale.model.args import ArchitectureError, LlamaArgs
-from megatron_scale.records import CheckpointError, read_records
 
 
 class MegatronReader:
@@ -35,15 +38,12 @@ class MegatronReader:
     def __init__(self, directory: str | os.PathLike) -> None:
         self.dir = Path(directory)
         if not self.dir.is_dir():
-            raise ConversionError(f"checkpoint directory {self.dir} does not exist")
+            raise CheckpointError(f"checkpoint directory {self.dir} does not exist")
         try:  # a training run's --save directory: its newest checkpoint
             self.dir = latest_iteration_dir(self.dir) or self.dir
         except ValueError as e:
-            raise ConversionError(str(e)) from e
-        try:
-            self.records = read_records(self.dir)
-        except CheckpointError as e:
-            raise ConversionError(str(e)) from e
+            raise CheckpointError(str(e)) from e
+        self.records = read_records(self.dir)
         self.meta = mc.dist_checkpointing.load_tensors_metadata(str(self.dir))
 
     def names(self) -> list[str]:
@@ -54,7 +54,7 @@ class MegatronReader:
 
     def _meta(self, key: str) -> Any:
         if key not in self.meta:
-            raise ConversionError(f"{self.dir}: checkpoint has no tensor {key!r}")
+            raise CheckpointError(f"{self.dir}: checkpoint has no tensor {key!r}")
         return self.meta[key]
 
     def get(self, key: str) -> torch.Tensor:
@@ -91,10 +91,10 @@ class MegatronReader:
             try:
                 record = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError) as e:
-                raise ConversionError(f"--model-args {path}: cannot read it as JSON ({e})") from e
+                raise CheckpointError(f"--model-args {path}: cannot read it as JSON ({e})") from e
             return _model_args(record, f"--model-args {path}")
         if self.records.model_args is None:
-            raise ConversionError(
+            raise CheckpointError(
                 f"{self.dir}: the checkpoint records no model arguments (it was not written by "
                 "convert_hf_to_megatron, upscale_checkpoint or a training run that records them); "
                 "pass --model-args FILE.json"
@@ -105,9 +105,9 @@ class MegatronReader:
         """Every expected key exists with its global shape."""
         for key, shape in expected.items():
             if key not in self.meta:
-                raise ConversionError(f"{self.dir}: checkpoint has no tensor {key!r}")
+                raise CheckpointError(f"{self.dir}: checkpoint has no tensor {key!r}")
             if self.shape(key) != tuple(shape):
-                raise ConversionError(
+                raise CheckpointError(
                     f"{self.dir}: tensor {key!r} has shape {self.shape(key)}, the model arguments "
                     f"imply {tuple(shape)}"
                 )
@@ -117,4 +117,13 @@ def _model_args(record: Any, where: str) -> LlamaArgs:
     try:
         return LlamaArgs.from_json(record, where=where)
     except ArchitectureError as e:
-        raise ConversionError(str(e)) from e
+        raise CheckpointError(str(e)) from e
+
+
+def read_base_state(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Global base tensors from a GPT dist checkpoint (optimizer entries dropped).
+
+    Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
+    offline tools/upscale_checkpoint.py path avoids it for larger models)."""
+    plain = mc.dist_checkpointing.load_plain_tensors(str(directory))
+    return {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}

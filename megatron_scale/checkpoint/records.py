@@ -3,12 +3,12 @@
 megatron-core's torch_dist format has a common (non-sharded) state; megatron-scale keeps there
     model_args            the architecture (LlamaArgs.to_json: Megatron-LM's flag names), written by
                           conversion, upscaling and training runs
-    scale.frozen_digest   digest of the frozen tensors (model/weights/digest.py), verified at every load
+    scale.frozen_digest   digest of the frozen tensors (digest.py), verified at every load
     scale.dims            the SCALE geometry, ScaleDims.to_record() (None for a plain GPT model)
     scale.lora            LoRA rank and alpha (absent without adapters)
     train_state           iteration, consumed samples, LR scheduler, Adam step (training runs)
     layout                the TP / PP / DP a training run saved at, whether its optimizer was
-                          distributed and the format of its optimizer state (`SavedLayout`)
+                          distributed and the format of its optimizer state (layout.py `SavedLayout`)
 
 `read_records(directory)` gives them typed, without loading a tensor. One policy for what cannot
 be read: a missing directory and a legacy checkpoint whose common state is a pickled common.pt
@@ -39,19 +39,13 @@ from typing import Any, Literal, Protocol, overload
 from packaging.version import InvalidVersion, Version
 
 from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint.layout import SavedLayout, indexed_layout
 from megatron_scale.config import ScaleConfigError, ScaleDims
 
 MODEL_ARGS = "model_args"
 SCALE = "scale"
 TRAIN_STATE = "train_state"
 LAYOUT = "layout"
-
-# The optimizer-state formats of training checkpoints (training/checkpointing.py writes them):
-FULLY_RESHARDABLE = "fully_reshardable"  # distributed optimizer, megatron-core's model-space format
-DP_RESHARDABLE = "dp_reshardable"        # distributed optimizer, per-bucket (before the layout record)
-MODEL_SPACE = "model_space"              # megatron-core's plain optimizer: one entry per parameter
-OPTIMIZER_FORMATS = (FULLY_RESHARDABLE, DP_RESHARDABLE, MODEL_SPACE)
-
 
 # metadata.json's format: what megatron-core MCORE_VERSION writes (CheckpointingConfig; torch_dist v1)
 FORMAT_FILE = "metadata.json"
@@ -128,65 +122,6 @@ def check_checkpoint_files(directory: str | os.PathLike) -> Any:
 
 
 @dataclass(frozen=True)
-class SavedLayout:
-    """How a training checkpoint was laid out when saved: what a resume at another layout reshards."""
-
-    tp: int
-    pp: int
-    dp: int | None
-    """None where not recorded (a checkpoint from before the layout record)."""
-    distributed_optimizer: bool
-    optimizer_format: str
-    """One of OPTIMIZER_FORMATS."""
-    recorded: bool = True
-    """False: read off the tensor index of a checkpoint from before the layout record."""
-
-    def to_record(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "distributed_optimizer": self.distributed_optimizer,
-                "optimizer_format": self.optimizer_format}
-
-    @classmethod
-    def from_record(cls, record: Any, where: str) -> SavedLayout:
-        try:
-            layout = cls(tp=int(record["tp"]), pp=int(record["pp"]), dp=int(record["dp"]),
-                         distributed_optimizer=bool(record["distributed_optimizer"]),
-                         optimizer_format=str(record["optimizer_format"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{where}: not a layout record ({type(e).__name__}: {e})") from e
-        if layout.optimizer_format not in OPTIMIZER_FORMATS:
-            raise CheckpointError(f"{where}: optimizer_format {layout.optimizer_format!r} is none of "
-                                  f"{', '.join(OPTIMIZER_FORMATS)}")
-        return layout
-
-    def describe(self) -> str:
-        """`TP=2 PP=1 DP=1, distributed optimizer (fully_reshardable)`."""
-        dp = "?" if self.dp is None else self.dp
-        optimizer = "distributed optimizer" if self.distributed_optimizer else "optimizer"
-        return f"TP={self.tp} PP={self.pp} DP={dp}, {optimizer} ({self.optimizer_format})"
-
-
-def _indexed_layout(path: Path, index: Any) -> SavedLayout | None:
-    """The layout of a training checkpoint from before the layout record, read off its tensor
-    index: the RNG entry is a (PP, TP) grid (`rng_state/shard_<pp>.<tp>_<PP>.<TP>`); the
-    distributed optimizer wrote `optimizer.distributed.*` (dp_reshardable), the plain one
-    `optimizer.state.*`. None where the index holds no RNG entry."""
-    grid = None
-    for key in index.state_dict_metadata:
-        if key.startswith("rng_state/shard_"):
-            shape = key.rsplit("_", 1)[1].split(".")
-            try:
-                grid = (int(shape[0]), int(shape[1]))
-            except (IndexError, ValueError) as e:
-                raise CheckpointError(f"{path / '.metadata'}: RNG entry {key!r} names no (PP, TP) grid") from e
-            break
-    if grid is None:
-        return None
-    distributed = any(k.startswith("optimizer.distributed.") for k in index.state_dict_metadata)
-    return SavedLayout(tp=grid[1], pp=grid[0], dp=None, distributed_optimizer=distributed,
-                       optimizer_format=DP_RESHARDABLE if distributed else MODEL_SPACE, recorded=False)
-
-
-@dataclass(frozen=True)
 class CheckpointRecords:
     """What a checkpoint records about its model and run (None: not recorded)."""
 
@@ -238,10 +173,13 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     except ScaleConfigError as e:
         raise CheckpointError(str(e)) from e
     train_state = common.get(TRAIN_STATE)
-    if LAYOUT in common:
-        layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
-    else:
-        layout = None if train_state is None else _indexed_layout(path, index)
+    try:
+        if LAYOUT in common:
+            layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
+        else:
+            layout = None if train_state is None else indexed_layout(index, where=str(path / ".metadata"))
+    except ValueError as e:
+        raise CheckpointError(str(e)) from e
     return CheckpointRecords(
         directory=path, model_args=common.get(MODEL_ARGS), dims=dims, lora=(scale or {}).get("lora"),
         train_state=train_state, layout=layout, digest=(scale or {}).get("frozen_digest"), scale=scale,
