@@ -19,7 +19,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from megatron_scale.distributed import free_port
+from megatron_scale.launch import on_free_port
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any, received: Any) -> None:
@@ -44,20 +44,20 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = 600) -> list[Any]:
     """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results. A port
     another process took between its choice and rank 0's listen (the other xdist worker starting
-    ranks at the same moment: EADDRINUSE, seen in a CI run) is chosen again, twice at most."""
-    for attempt in range(3):
-        try:
-            return _run_ranks_once(fn, world_size, args, timeout)
-        except AssertionError as e:
-            if "EADDRINUSE" not in str(e) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    ranks at the same moment: EADDRINUSE, seen in a CI run) is chosen again, twice at most
+    (megatron_scale/launch.py on_free_port, as the tools' ranks do)."""
+    got, failures = on_free_port(lambda port: _run_ranks_once(fn, world_size, args, timeout, port),
+                                 lambda done: any("EADDRINUSE" in f for f in done[1]))
+    if failures:
+        raise AssertionError("distributed test failed:\n" + "\n".join(failures))
+    return [got[r] for r in range(world_size)]
 
 
-def _run_ranks_once(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float) -> list[Any]:
+def _run_ranks_once(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float, port: int
+                    ) -> tuple[dict[int, Any], list[str]]:
+    """One launch on `port`: ({rank: result}, failures)."""
     ctx = mp.get_context("spawn")
     results, received = ctx.Queue(), ctx.Event()
-    port = free_port()
     procs = [
         # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
         ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results, received))
@@ -83,6 +83,4 @@ def _run_ranks_once(fn: Callable[..., Any], world_size: int, args: tuple, timeou
             p.join(timeout=5 if failures else 60)
             if p.is_alive():
                 p.kill()
-    if failures:
-        raise AssertionError("distributed test failed:\n" + "\n".join(failures))
-    return [got[r] for r in range(world_size)]
+    return got, failures

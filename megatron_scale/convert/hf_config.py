@@ -1,6 +1,7 @@
 """Hugging Face config.json <-> the architecture record (model/args.py LlamaArgs), and the error
 every conversion input reports (ConversionError; `conversion_errors` makes a checkpoint that
-cannot be read, megatron_scale/checkpoint/'s CheckpointError, one at conversion's edge).
+cannot be read, megatron_scale/checkpoint/'s CheckpointError, and a bad input a rank stopped on,
+launch.py's RankError, one at conversion's edge).
 
     config.json (HF)  --from_hf_config-->  LlamaArgs  --to_hf_config-->  config.json
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.records import CheckpointError
+from megatron_scale.launch import RankError
 from megatron_scale.model.args import DTYPES, LlamaArgs
 
 # megatron-core 0.19.2 RotaryEmbedding._apply_scaling defaults (not settable through GPTModel).
@@ -35,10 +37,10 @@ class ConversionError(ValueError):
 @contextlib.contextmanager
 def conversion_errors() -> Iterator[None]:
     """Conversion's edge (its public functions are wrapped in it): a checkpoint that cannot be
-    read is a ConversionError with the same message."""
+    read, or a bad input a rank stopped on, is a ConversionError with the same message."""
     try:
         yield
-    except CheckpointError as e:
+    except (CheckpointError, RankError) as e:
         raise ConversionError(str(e)) from e
 
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from megatron_scale.checkpoint.io import save_checkpoint
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import SafetensorsReader
-from megatron_scale.convert.launch import on_ranks
+from megatron_scale.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel, read_hf_config, with_dtype
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model

@@ -1,7 +1,7 @@
 """A Megatron checkpoint (or a training run's --save directory: its newest checkpoint) scored
 through the project's own model at any TP x PP, with the same Scorer as a Hugging Face folder.
 
-`evaluate_checkpoint` runs a Job on the ranks of the layout through convert/launch.py's on_ranks,
+`evaluate_checkpoint` runs a Job on the ranks of the layout through launch.py's on_ranks,
 as the conversion tools do: spawned here from a plain `python tools/...` call, or, inside a
 process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks.
 Every rank builds its chunk of the model the checkpoint records (its architecture, SCALE geometry
@@ -162,7 +162,7 @@ def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp
                         head: str = "auto", threads: int | None = None) -> dict[str, Any]:
     """Run `job` on the checkpoint (or run directory) `load` with the Hugging Face tokenizer
     `tokenizer`, at TP x PP: {"results", "text", "checkpoint", "head", "tp", "pp", "dtype", "device"}."""
-    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.launch import on_ranks
     from megatron_scale.distributed import init_distributed
 
     if not Path(load).is_dir():

@@ -140,7 +140,7 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
 
 
 def run_sweep(s: SweepSettings) -> dict[str, Any]:
-    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.launch import on_ranks
     from megatron_scale.route_eval.analysis import analyse
     from megatron_scale.route_eval.report import plot, write_json
     from megatron_scale.route_eval.units import pooled_records, token_bytes

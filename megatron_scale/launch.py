@@ -1,11 +1,16 @@
-"""Run a conversion step on the ranks of a TP x PP layout.
+"""Run a step on the ranks of a TP x PP layout: what the tools' work (conversion, upscaling,
+benchmark scoring, the route sweep) runs on.
 
 Inside a job that already has a process group (torchrun, srun, a test's spawned ranks), the step
 runs right there, on every rank, after megatron-core's parallel state is set to the layout. From a
 plain `python tools/...` call it spawns the TP x PP ranks itself on this machine (gloo on CPU,
-NCCL where there are enough GPUs) and waits for them. An error raised by a rank comes back as one
-error with that rank's message, not a wall of tracebacks. The step gets the rank's device as
-`device=`: whatever it makes goes there.
+NCCL where there are enough GPUs) and waits for them. A bad input a rank stops on (a ValueError,
+KeyError or CheckpointError) comes back as one RankError with that rank's message, not a wall of
+tracebacks; anything else is a RuntimeError with the rank's traceback. The step gets the rank's
+device as `device=`: whatever it makes goes there.
+
+`on_free_port` is how ranks spawned on this machine get their MASTER_PORT (here and in the tests'
+harness, tests/_dist.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -24,8 +29,25 @@ import torch.multiprocessing as mp
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.records import CheckpointError
-from megatron_scale.convert.hf_config import ConversionError
 from megatron_scale.distributed import free_port
+
+R = TypeVar("R")
+PORT_TRIES = 3
+
+
+class RankError(ValueError):
+    """A bad input a rank stopped on; the message is the rank's own (naming the file, key or flag)."""
+
+
+def on_free_port(start: Callable[[int], R], port_taken: Callable[[R], bool]) -> R:
+    """`start(port)` on a port free on 127.0.0.1 now, started again on another (PORT_TRIES in all)
+    while `port_taken(result)`: the port was free when chosen, and another process took it before
+    rank 0 listened (two launches at once on one machine: EADDRINUSE)."""
+    for attempt in range(PORT_TRIES):
+        result = start(free_port())
+        if attempt == PORT_TRIES - 1 or not port_taken(result):
+            break
+    return result
 
 
 def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any,
@@ -39,7 +61,7 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         device = init_distributed(tp, pp, device="auto")
         out.put((rank, None, fn(*args, device=device)))
     except Exception as e:  # noqa: BLE001 (forwarded to the parent, which raises once)
-        kind = "conversion" if isinstance(e, ConversionError | CheckpointError | KeyError | ValueError) else "internal"
+        kind = "input" if isinstance(e, CheckpointError | KeyError | ValueError) else "internal"
         out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
     finally:
         # A tensor in the queue is shared through this process (torch.multiprocessing's file
@@ -62,14 +84,10 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-_PORT_TRIES = 3
-
-
-def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple, timeout: float
+def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple, timeout: float, port: int
               ) -> tuple[dict[int, Any], tuple[int, tuple[str, str, str]] | None]:
-    """One launch of the ranks on a fresh port: ({rank: result}, None) or (partial, (rank, error))."""
+    """One launch of the ranks on `port`: ({rank: result}, None) or (partial, (rank, error))."""
     out, received = ctx.Queue(), ctx.Event()
-    port = free_port()
     procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received, os.getpid()))
              for r in range(world)]
     for p in procs:
@@ -97,22 +115,18 @@ def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple,
 def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
     world = tp * pp
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
-        raise ConversionError(
+        raise RankError(
             f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
             f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
         )
     ctx = mp.get_context("spawn")
-    for attempt in range(_PORT_TRIES):
-        results, error = _run_once(ctx, fn, tp, pp, world, args, timeout)
-        # the port was free when chosen, and another process took it before rank 0 listened (two
-        # tools starting at once on one machine): choose another
-        if error is None or "EADDRINUSE" not in error[1][1] or attempt == _PORT_TRIES - 1:
-            break
+    results, error = on_free_port(lambda port: _run_once(ctx, fn, tp, pp, world, args, timeout, port),
+                                  lambda done: done[1] is not None and "EADDRINUSE" in done[1][1][1])
     if error is not None:
         rank, (kind, message, tb) = error
-        if kind == "conversion":
-            raise ConversionError(message.split(": ", 1)[1] if ": " in message else message)
-        raise RuntimeError(f"conversion rank {rank} failed: {message}\n{tb}")
+        if kind == "input":
+            raise RankError(message.split(": ", 1)[1] if ": " in message else message)
+        raise RuntimeError(f"rank {rank} failed: {message}\n{tb}")
     return [results[r] for r in range(world)]
 
 
@@ -123,7 +137,7 @@ def on_ranks(fn: Callable[..., Any], tp: int, pp: int, *args: Any, timeout: floa
     if dist.is_initialized():
         world = dist.get_world_size()
         if world % (tp * pp):
-            raise ConversionError(
+            raise RankError(
                 f"world size {world} is not a multiple of --tensor-model-parallel-size {tp} x "
                 f"--pipeline-model-parallel-size {pp}"
             )
