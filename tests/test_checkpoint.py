@@ -26,7 +26,7 @@ SCALE = dict(variant="adapt", adapt_layers=(1, 3), adapt_modules=("qkv", "proj",
 
 def _trained_state(seed: int = 11) -> dict[str, torch.Tensor]:
     """Global SCALE state with every trainable block perturbed away from its init."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.upscale import upscale_state_dict
 
     dims = ScaleConfig(**SCALE).resolve(_tiny.base_config(1))
@@ -37,7 +37,7 @@ def _trained_state(seed: int = 11) -> dict[str, torch.Tensor]:
 
 
 def _build(tp: int, **scale_overrides: Any) -> Any:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.build import build_scale_gpt
 
     return build_scale_gpt(
@@ -137,7 +137,7 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
                             other.output_layer.tau, other.output_layer.direction, rec["router_unit"],
                             other.output_layer.unit)
     # a checkpoint written before router_statistic and router_direction existed (its record lacks them) loads
-    from megatron_scale.config import ScaleDims
+    from megatron_scale.scale_config import ScaleDims
     from megatron_scale.checkpoint.records import read_records
 
     to_record = ScaleDims.to_record

@@ -87,7 +87,7 @@ def test_model_code_is_split_by_role() -> None:
         PKG / "model" / "weights": ("megatron_scale.model.layers", "megatron_scale.model.build",
                                     "megatron_scale.model.args", "megatron_scale.methods"),
         PKG / "route_stats": ("megatron_scale.model", "megatron_scale.route_eval", "megatron_scale.methods",
-                              "megatron_scale.config"),
+                              "megatron_scale.scale_config", "megatron_scale.scale_checks"),
     }
     offenders = {}
     for under, forbidden in rules.items():

@@ -34,7 +34,7 @@ def test_one_record_policy(tmp_path: Path) -> None:
 
 
 def _dims() -> object:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
 
     from tests import _tiny
 

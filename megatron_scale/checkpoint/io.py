@@ -39,7 +39,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.config import ROUTER_SETTINGS
+from megatron_scale.scale_config import ROUTER_SETTINGS
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
 from megatron_scale.model.weights.state import tree_map

@@ -28,7 +28,7 @@ import torch.distributed.checkpoint as dcp
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.io import latest_iteration_dir
 from megatron_scale.checkpoint.records import CheckpointError, read_records
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.model.args import ArchitectureError, LlamaArgs
 
 

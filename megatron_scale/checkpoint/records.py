@@ -40,7 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.layout import SavedLayout, indexed_layout
-from megatron_scale.config import ScaleConfigError, ScaleDims
+from megatron_scale.scale_config import ScaleConfigError, ScaleDims
 
 MODEL_ARGS = "model_args"
 SCALE = "scale"

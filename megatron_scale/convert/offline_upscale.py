@@ -21,7 +21,7 @@ import torch
 from megatron_scale.checkpoint.io import save_checkpoint
 from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import MODEL_ARGS
-from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
+from megatron_scale.scale_config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
 from megatron_scale.convert import keymap
 from megatron_scale.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel

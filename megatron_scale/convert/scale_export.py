@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
 from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD

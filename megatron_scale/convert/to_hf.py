@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.config import ScaleConfigError, ScaleDims, check_router
+from megatron_scale.scale_config import ScaleConfigError, ScaleDims, check_router
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
 from megatron_scale.convert.hf_io import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.launch import on_ranks
 from megatron_scale.model.build import build_model
 from megatron_scale.methods import recorded_method

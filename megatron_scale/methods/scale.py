@@ -11,7 +11,7 @@ from typing import Any
 from megatron_scale.checkpoint.io import load_checkpoint
 from megatron_scale.checkpoint.reader import read_base_state
 from megatron_scale.checkpoint.records import CheckpointRecords
-from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.scale_config import ScaleConfig, ScaleDims
 from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod
 from megatron_scale.model.args import LlamaArgs

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
 from megatron_scale.flags import add_flags, argv_for, flag, given, optional_twin, positive, values
 from megatron_scale.flags import to_argv as to_argv_of

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
+from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
 from megatron_scale.flags import flag, positive
 
 

@@ -33,7 +33,7 @@ UPSCALE_LAYOUT = {True: (2, 1), False: (1, 2)}  # where each base is upscaled an
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.methods import Full, Scale
@@ -188,7 +188,7 @@ def test_export_tool_verify_force_and_tokenizer(results: dict, capsys: pytest.Ca
 
 @pytest.mark.dist
 def test_upscale_refusals_name_the_flag(results: dict) -> None:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import ConversionError, upscale_checkpoint
 
     root = results["root"]

@@ -55,7 +55,7 @@ def _perturb(model: Any, seed: int) -> None:
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.methods import Scale

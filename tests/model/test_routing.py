@@ -98,7 +98,7 @@ def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
 
 
 def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.layers.heads import output_head
     from megatron_scale.model.weights.state import load_global_state_dict
 

@@ -39,7 +39,7 @@ def _dataset(prefix: Path, seed: int, low: int, high: int) -> str:
 def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     import route_sweep
 
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
 
     root = tmp_path_factory.mktemp("route_sweep")

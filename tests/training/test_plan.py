@@ -48,7 +48,7 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--method", "lora", "--lora-alpha", "0"), 1, "--lora-alpha"),
         (("--method", "lora", "--lora-dropout", "1"), 1, "--lora-dropout"),
         (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
-        # alone, a g' completes h' at the GQA ratio (config.py); 3 groups over 2 ranks cannot work
+        # alone, a g' completes h' at the GQA ratio (scale_config.py); 3 groups over 2 ranks cannot work
         (("--scale-groups-up", "3", "--tensor-model-parallel-size", "2"), 2, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
         (("--route-tau", "0.7"), 1, "--route-tau: only a --method scale-route model routes"),
@@ -122,7 +122,7 @@ def _counted_setup(rank: int, world: int, argv: list[str], save: bool) -> dict[s
     import sys
 
     from megatron_scale.checkpoint import records
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.training import loop
 
     counts = {"read_records": 0, "resolve": 0}
@@ -150,7 +150,7 @@ def _counted_setup(rank: int, world: int, argv: list[str], save: bool) -> dict[s
 
 @pytest.fixture(scope="module")
 def upscaled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from tests.convert import _hf
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.model.weights.layout import merge_qkv, split_qkv
 from megatron_scale.upscale import upscale_state_dict
 from tests import _tiny
