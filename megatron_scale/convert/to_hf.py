@@ -34,6 +34,7 @@ from megatron_scale.convert.hf_io import (
     write_shards,
 )
 from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.data.tokenizer import unit_codes
 from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, to_hf_config, with_dtype
 
@@ -106,29 +107,22 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
                                router_unit=unit)
 
 
-def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
-               preserve_head_only: bool) -> torch.Tensor | None:
+def route_unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
+                     preserve_head_only: bool) -> torch.Tensor | None:
     """The token codes (model/layers/route_units.py; config.json's scale_router_unit_codes, in base64)
     for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
     where nothing routes or the tokenizer is not byte-level and the unit is token."""
     if dims is None or dims.variant != "route" or preserve_head_only:
         return None
-    need = dims.router_unit != "token"
     if tokenizer is None:
-        if need:
+        if dims.router_unit != "token":
             raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
                                   "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
         return None
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
-
     try:
-        codes = piece_codes(token_bytes(str(tokenizer)), vocab_size)
+        return unit_codes(tokenizer, vocab_size, dims.router_unit)
     except ValueError as e:
-        if not need:
-            return None
-        raise ConversionError(f"--tokenizer {tokenizer}: router unit {dims.router_unit!r}: {e}") from e
-    return codes
+        raise ConversionError(str(e)) from e
 
 
 @conversion_errors()
@@ -150,7 +144,7 @@ def convert_megatron_to_hf(
                            route_unit)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
-    codes = unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
+    codes = route_unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if dims is not None and not preserve_head_only:

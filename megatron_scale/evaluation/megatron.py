@@ -142,19 +142,13 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
 def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
     """A SCALE-Route model whose router decides per character or word gets the byte-level
     tokenizer's per-token codes; True when it does (its forwards then need the labels)."""
+    from megatron_scale.data.tokenizer import unit_codes
     from megatron_scale.model.layers.heads import output_layers, set_unit_codes
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
 
     layers = output_layers(model)
     if not layers or layers[0].unit == "token":
         return False
-    try:
-        codes = piece_codes(token_bytes(tokenizer), vocab)
-    except ValueError as e:
-        raise ValueError(f"--tokenizer {tokenizer}: the checkpoint routes per {layers[0].unit}, which needs a "
-                         f"byte-level BPE tokenizer: {e}") from e
-    set_unit_codes(model, codes)
+    set_unit_codes(model, unit_codes(tokenizer, vocab, layers[0].unit))  # raises for a tokenizer without bytes
     return True
 
 

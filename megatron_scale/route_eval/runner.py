@@ -143,7 +143,8 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
     from megatron_scale.launch import on_ranks
     from megatron_scale.route_eval.analysis import analyse
     from megatron_scale.route_eval.report import plot, write_json
-    from megatron_scale.route_eval.units import pooled_records, token_bytes
+    from megatron_scale.data.tokenizer import token_bytes
+    from megatron_scale.route_eval.units import pooled_records
     from megatron_scale.route_eval.windows import windows
 
     s.check()

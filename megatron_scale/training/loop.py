@@ -25,6 +25,7 @@ from megatron_scale import hooks
 from megatron_scale.checkpoint.layout import SavedLayout, same_grid
 from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.data.indexed import DatasetError
+from megatron_scale.data.tokenizer import unit_codes
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
 from megatron_scale.model.build import Kernels, Parallel, build_model
@@ -182,16 +183,12 @@ def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
         if unit != "token":
             raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
         return
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
-
     try:
-        codes = piece_codes(token_bytes(cfg.model.tokenizer_model), heads[0].vocab_local * heads[0].tp_size)
+        codes = unit_codes(cfg.model.tokenizer_model, heads[0].vocab_local * heads[0].tp_size, unit, "--tokenizer-model")
     except ValueError as e:
-        if unit == "token":
-            return
-        raise FlagError(f"--tokenizer-model {cfg.model.tokenizer_model}: {flag} {unit}: {e}") from e
-    set_unit_codes(model, codes)
+        raise FlagError(str(e)) from e
+    if codes is not None:
+        set_unit_codes(model, codes)
 
 
 def train_step(run: Run) -> dict[str, Any]:
