@@ -1,19 +1,14 @@
-"""SCALE model checkpoints in megatron-core's distributed format (dist_checkpointing, torch_dist).
+"""Model checkpoints in megatron-core's distributed format (dist_checkpointing, torch_dist): a SCALE
+model, a plain GPT model or one with LoRA adapters.
 
 A checkpoint saved at one TP/PP layout loads at another. Beside the tensors it records, in the
-checkpoint's common state (records.py reads and names them):
-    scale.frozen_digest   digest of the frozen tensors (digest.py), verified at every load
-    scale.dims            the SCALE geometry (None for a plain GPT model); loading into a model
-                          of another geometry stops with a message naming the first differing field.
-                          It also records the router's default (router_tau, router_statistic,
-                          router_direction, router_unit), which is not geometry: a model with other
-                          router settings loads it (checkpoints written before router_statistic,
-                          router_direction or router_unit existed lack them: cosine, above, token)
-    scale.lora            LoRA rank and alpha (absent without adapters); loading stops when they,
-                          or the presence of adapters, differ from the model's
-What a checkpoint records of the model's method (`scale.dims`, `scale.lora`) is what the method
-says it records (`method.record()`, megatron_scale/methods/): save_checkpoint and load_checkpoint
-take the method the model was built for, and a load compares its record with the checkpoint's.
+checkpoint's common state (records.py reads and names them), the `scale` record:
+    frozen_digest   digest of the frozen tensors (digest.py), verified at every load
+    mcore_version   the megatron-core that wrote it (a newer one's checkpoint is refused)
+    and the entries of the model's method (what `method.record()` says, megatron_scale/methods/:
+    the SCALE geometry, LoRA's rank and alpha). save_checkpoint and load_checkpoint take the
+    method the model was built for, and a load asks it to check the checkpoint's record
+    (`method.check_record`): each method checks its own entries, naming the first that differs.
 The model's sharded state dict is built once per save and once per load; the digest is taken
 from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
@@ -39,15 +34,11 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.scale_config import ROUTER_SETTINGS
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
 from megatron_scale.model.weights.state import tree_map
 
-__all__ = [
-    "CheckpointError", "check_lora_record", "check_method_record", "iteration_dir", "latest_iteration_dir",
-    "load_checkpoint", "read_scale_record", "save_checkpoint",
-]
+__all__ = ["CheckpointError", "iteration_dir", "latest_iteration_dir", "load_checkpoint", "save_checkpoint"]
 
 Extra = Callable[[dict], dict] | None
 MARKER = "latest_checkpointed_iteration.txt"
@@ -69,68 +60,6 @@ def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
     if not path.is_dir():
         raise ValueError(f"--load {root}: {MARKER} names iteration {text} but {path} is missing")
     return path
-
-
-def _first_difference(
-    mine: dict[str, Any], theirs: dict[str, Any], skip: tuple[str, ...] = ()
-) -> tuple[str, Any, Any] | None:
-    """(field, checkpoint's value, model's value) at the first field of `mine` that differs."""
-    for field, value in mine.items():
-        if field not in skip and theirs.get(field) != value:
-            return field, theirs.get(field), value
-    return None
-
-
-def _check_lora(mine: dict[str, Any] | None, theirs: dict[str, Any] | None, directory: str | os.PathLike) -> None:
-    """The method's LoRA record `mine` against the checkpoint's."""
-    if (mine is None) != (theirs is None):
-        kind = {True: "no LoRA adapters", False: "LoRA adapters"}
-        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model has {kind[mine is None]}")
-    differ = _first_difference(mine or {}, theirs or {})
-    if differ is not None:
-        field, was, value = differ
-        raise CheckpointError(
-            f"{directory}: LoRA settings differ at '{field}': checkpoint {was!r}, model {value!r} (--lora-{field})"
-        )
-
-
-def _check_dims(mine: dict[str, Any] | None, theirs: Any, directory: str | os.PathLike) -> None:
-    """The method's geometry record `mine` against the checkpoint's ScaleDims `theirs`."""
-    if (mine is None) != (theirs is None):
-        kind = {True: "a plain GPT model", False: "a SCALE model"}
-        raise CheckpointError(f"{directory} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
-    if mine is None:
-        return
-    # the router's settings are recorded as the checkpoint's default, not geometry
-    differ = _first_difference(mine, theirs.to_record(), skip=ROUTER_SETTINGS)
-    if differ is not None:
-        field, was, value = differ
-        raise CheckpointError(f"{directory}: SCALE geometry differs at '{field}': checkpoint {was!r}, model {value!r}")
-
-
-def check_method_record(method: RecordedMethod, records: CheckpointRecords, directory: str | os.PathLike) -> None:
-    """Refuse a checkpoint whose record is not `method`'s: another kind of model (plain GPT, SCALE,
-    LoRA adapters or none), another SCALE geometry (the router's settings aside), another LoRA
-    rank or alpha. The message names the directory and the first field that differs."""
-    mine = dict(method.record())
-    _check_dims(mine.pop("dims"), records.dims, directory)
-    _check_lora(mine.pop("lora", None), records.lora, directory)
-    theirs = records.scale or {}
-    for key, value in mine.items():  # a method's own entries
-        if theirs.get(key) != value:
-            raise CheckpointError(f"{directory}: scale.{key} is {theirs.get(key)!r} but the model's method "
-                                  f"({getattr(method, 'name', type(method).__name__)}) records {value!r}")
-
-
-def check_lora_record(method: RecordedMethod, directory: str | os.PathLike,
-                      records: CheckpointRecords | None = None) -> None:
-    """Refuse a megatron-scale checkpoint whose LoRA rank/alpha (or their absence) differ from
-    what `method` records. Checkpoints without a megatron-scale record are not checked.
-    `records`: the directory's, where the caller has read them already."""
-    if records is None:
-        records = read_records(directory, required=False)
-    if records is not None and records.scale is not None:
-        _check_lora(method.record().get("lora"), records.lora, directory)
 
 
 def _rank() -> int:
@@ -171,21 +100,12 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     return target
 
 
-def read_scale_record(directory: str | os.PathLike) -> dict[str, Any]:
-    """The `scale` record of a checkpoint (digest and geometry) as saved, without loading tensors
-    (records.read_records gives it typed)."""
-    scale = read_records(directory).scale
-    if scale is None:
-        raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
-    return scale
-
-
 def load_checkpoint(
     model: nn.Module, directory: str | os.PathLike, extra: Extra = None, records: CheckpointRecords | None = None,
     *, method: RecordedMethod,
 ) -> dict[str, Any]:
     """Load `directory` into `model`, built for `method`, at the model's own layout and verify the
-    frozen base; a checkpoint that records another method is refused (check_method_record).
+    frozen base; a checkpoint that records another method is refused (method.check_record).
     `records`: the directory's, where the caller has read them already.
 
     Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
@@ -193,7 +113,7 @@ def load_checkpoint(
         records = read_records(directory)
     if records.scale is None:
         raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
-    check_method_record(method, records, directory)
+    method.check_record(records, directory)
     sharded = model.sharded_state_dict()  # type: ignore[operator]
     model_keys = set(sharded)
     # dist_checkpointing.load rewrites the ShardedTensors it is given (their data gains the stacked

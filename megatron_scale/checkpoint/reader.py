@@ -1,13 +1,12 @@
 """Reading a megatron-core dist checkpoint (torch_dist) tensor by tensor, without ranks.
 
 The directory may be a checkpoint or a training run's --save directory (its newest checkpoint,
-as latest_checkpointed_iteration.txt names it). A LoRA checkpoint's adapters can be read merged
-into their base weights (`get_merged`).
+as latest_checkpointed_iteration.txt names it).
 
 Each tensor is read as its global (layout-independent) value through torch.distributed.checkpoint
 with no process group: a checkpoint saved at any TP/PP reads the same, and only one tensor (all
 layers of one key) is in memory at a time. The checkpoint's records (records.py: the model
-arguments, the SCALE geometry, LoRA settings) are `records`. Whatever cannot be read is one
+arguments, the method's entries) are `records`. Whatever cannot be read is one
 CheckpointError naming the directory, the key or --model-args (conversion, the tools' front,
 re-raises it as its ConversionError).
 
@@ -28,7 +27,6 @@ import torch.distributed.checkpoint as dcp
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.io import latest_iteration_dir
 from megatron_scale.checkpoint.records import CheckpointError, read_records
-from megatron_scale.scale_config import ScaleDims
 from megatron_scale.model.args import ArchitectureError, LlamaArgs
 
 
@@ -62,27 +60,6 @@ class MegatronReader:
         out = {key: torch.empty(tuple(m.global_shape), dtype=m.dtype)}
         dcp.load(out, storage_reader=dcp.FileSystemReader(str(self.dir)), no_dist=True)
         return out[key]
-
-    @property
-    def dims(self) -> ScaleDims | None:
-        """The SCALE geometry, or None for a plain model."""
-        return self.records.dims
-
-    @property
-    def lora(self) -> dict[str, Any] | None:
-        """LoRA rank and alpha of a `--method lora` checkpoint, else None."""
-        return self.records.lora
-
-    def get_merged(self, key: str) -> torch.Tensor:
-        """`get`, with the LoRA adapters beside a weight merged into it: W + (alpha / r) B A,
-        per layer ([L, out, r] @ [L, r, in]), computed in fp32."""
-        w = self.get(key)
-        stem = key.removesuffix("weight")
-        if self.lora is None or not key.endswith("weight") or stem + "lora_a" not in self.meta:
-            return w
-        a, b = self.get(stem + "lora_a").float(), self.get(stem + "lora_b").float()
-        scaling = float(self.lora["alpha"]) / int(self.lora["rank"])
-        return (w.float() + scaling * torch.matmul(b, a)).to(w.dtype)
 
     def model_args(self, override: str | os.PathLike | None = None) -> LlamaArgs:
         """The recorded model arguments, or those of `override` (--model-args FILE.json)."""

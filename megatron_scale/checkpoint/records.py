@@ -3,14 +3,17 @@
 megatron-core's torch_dist format has a common (non-sharded) state; megatron-scale keeps there
     model_args            the architecture (LlamaArgs.to_json: Megatron-LM's flag names), written by
                           conversion, upscaling and training runs
-    scale.frozen_digest   digest of the frozen tensors (digest.py), verified at every load
-    scale.dims            the SCALE geometry, ScaleDims.to_record() (None for a plain GPT model)
-    scale.lora            LoRA rank and alpha (absent without adapters)
+    scale                 the frozen base's digest (`frozen_digest`: digest.py, verified at every
+                          load), the megatron-core that wrote it (`mcore_version`), and the entries
+                          the model's training method records (methods/: the SCALE geometry
+                          `dims`, None for a plain GPT model; LoRA's rank and alpha `lora`; each
+                          method parses and checks its own)
     train_state           iteration, consumed samples, LR scheduler, Adam step (training runs)
     layout                the TP / PP / DP a training run saved at, whether its optimizer was
                           distributed and the format of its optimizer state (layout.py `SavedLayout`)
 
-`read_records(directory)` gives them typed, without loading a tensor. One policy for what cannot
+`read_records(directory)` gives them typed (the method's entries as saved), without loading a
+tensor. One policy for what cannot
 be read: a missing directory and a legacy checkpoint whose common state is a pickled common.pt
 (never unpickled) are a CheckpointError naming the directory; so is a directory that is no
 torch_dist checkpoint (no .metadata), unless the caller passes `required=False` and gets None.
@@ -40,12 +43,13 @@ from packaging.version import InvalidVersion, Version
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.layout import SavedLayout, indexed_layout
-from megatron_scale.scale_config import ScaleConfigError, ScaleDims
 
 MODEL_ARGS = "model_args"
 SCALE = "scale"
 TRAIN_STATE = "train_state"
 LAYOUT = "layout"
+WRITER_ENTRIES = ("frozen_digest", "mcore_version")
+"""The `scale` record's entries that the writer keeps (scale_record), beside the method's own."""
 
 # metadata.json's format: what megatron-core MCORE_VERSION writes (CheckpointingConfig; torch_dist v1)
 FORMAT_FILE = "metadata.json"
@@ -128,10 +132,6 @@ class CheckpointRecords:
     directory: Path
     model_args: dict[str, Any] | None
     """LlamaArgs.to_json() (LlamaArgs.from_json reads it back)."""
-    dims: ScaleDims | None
-    """The SCALE geometry; None for a plain GPT model (or no megatron-scale checkpoint)."""
-    lora: dict[str, Any] | None
-    """LoRA rank and alpha of a `--method lora` checkpoint."""
     train_state: dict[str, Any] | None
     """A training run's state (training/checkpointing.py)."""
     layout: SavedLayout | None
@@ -139,12 +139,9 @@ class CheckpointRecords:
     digest: str | None
     """The frozen base's digest; None where megatron-scale did not write the checkpoint."""
     scale: dict[str, Any] | None
-    """The `scale` record as saved (digest, dims and lora as plain values)."""
-
-    @property
-    def is_scale(self) -> bool:
-        """Whether the checkpoint holds a SCALE model."""
-        return self.dims is not None
+    """The `scale` record as saved: the writer's entries and the method's, as plain values (None
+    where megatron-scale did not write the checkpoint). Each method reads its own entries
+    (methods/: `from_record`)."""
 
 
 @overload
@@ -167,11 +164,6 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     common = mc.dist_checkpointing.load_common_state_dict(str(path))
     scale = common.get(SCALE)
     _check_writer(path, scale)
-    recorded = (scale or {}).get("dims")
-    try:
-        dims = None if recorded is None else ScaleDims.from_record(recorded, where=f"{path}: scale.dims")
-    except ScaleConfigError as e:
-        raise CheckpointError(str(e)) from e
     train_state = common.get(TRAIN_STATE)
     try:
         if LAYOUT in common:
@@ -181,8 +173,8 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     except ValueError as e:
         raise CheckpointError(str(e)) from e
     return CheckpointRecords(
-        directory=path, model_args=common.get(MODEL_ARGS), dims=dims, lora=(scale or {}).get("lora"),
-        train_state=train_state, layout=layout, digest=(scale or {}).get("frozen_digest"), scale=scale,
+        directory=path, model_args=common.get(MODEL_ARGS), train_state=train_state, layout=layout,
+        digest=(scale or {}).get("frozen_digest"), scale=scale,
     )
 
 
@@ -191,17 +183,18 @@ class RecordedMethod(Protocol):
     megatron_scale/methods/ says it: methods/base.py TrainingMethod.record)."""
 
     def record(self) -> dict[str, Any]:
-        """Its entries in the `scale` record: `dims` (the geometry's record, None for a plain GPT
-        model) and, for LoRA, `lora` (rank and alpha)."""
+        """Its entries in the `scale` record (the first: the model's geometry)."""
+        ...
+
+    def check_record(self, records: CheckpointRecords, where: str | os.PathLike) -> None:
+        """Refuse (CheckpointError, naming `where` and the entry) a checkpoint whose record is
+        not this method's."""
         ...
 
 
 def scale_record(method: RecordedMethod, digest: str) -> dict[str, Any]:
     """The `scale` record a checkpoint of a model built for `method` keeps (its frozen base's
-    digest given). Its keys, in this order: frozen_digest, dims, mcore_version, then the method's
-    other entries (lora)."""
-    entries = dict(method.record())
-    record: dict[str, Any] = {"frozen_digest": digest, "dims": entries.pop("dims"),
-                              "mcore_version": mc.MCORE_VERSION}
-    record.update(entries)
-    return record
+    digest given). Its keys, in this order, as checkpoints have always had them: frozen_digest,
+    the method's first entry (the geometry), mcore_version, then the method's other entries."""
+    entries = list(method.record().items())
+    return {"frozen_digest": digest, **dict(entries[:1]), "mcore_version": mc.MCORE_VERSION, **dict(entries[1:])}

@@ -25,7 +25,7 @@ from megatron_scale.scale_config import ScaleConfig, ScaleConfigError, ScaleDims
 from megatron_scale.convert import keymap
 from megatron_scale.launch import on_ranks
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel
-from megatron_scale.methods import Scale
+from megatron_scale.methods import Scale, recorded_method
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
 from megatron_scale.upscale import load_upscaled
@@ -48,7 +48,7 @@ def upscale_checkpoint(
 ) -> dict[str, Any]:
     """Write the SCALE checkpoint; returns a summary (geometry, parameters, layout)."""
     reader = MegatronReader(base_dir)
-    if reader.dims is not None:
+    if recorded_method(reader.records).scale_dims is not None:
         raise ConversionError(f"--load {reader.dir}: already a SCALE checkpoint; upscale its base instead")
     args = reader.model_args(model_args)
     check_parallel(args, tp, pp)

@@ -107,6 +107,7 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from megatron_scale.methods import recorded_method
     from megatron_scale.model.layers.heads import output_head
 
     if threads:
@@ -115,7 +116,7 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
     tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
     model, reader = load_model(load, tp, pp, device)
-    used = resolved_head(head, reader.dims, reader.dir)
+    used = resolved_head(head, recorded_method(reader.records).scale_dims, reader.dir)
     args = reader.model_args()
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "

@@ -105,12 +105,12 @@ def _model(load: str, tp: int, device: torch.device) -> Any:
     from megatron_scale.checkpoint.io import load_checkpoint
     from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.methods import Scale
+    from megatron_scale.methods import recorded_method
 
     reader = MegatronReader(load)
-    if reader.dims is None:
+    method = recorded_method(reader.records)
+    if method.scale_dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    method = Scale(dims=reader.dims)
     model = build_model(reader.model_args(), method, Parallel(tp=tp)).to(device)
     load_checkpoint(model, load, method=method)
     return model.eval()

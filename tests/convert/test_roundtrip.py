@@ -36,7 +36,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.methods import Full, Scale
+    from megatron_scale.methods import Full, recorded_method
     from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head
@@ -67,7 +67,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                method = Scale(dims=MegatronReader(sc_dir).dims)
+                method = recorded_method(MegatronReader(sc_dir).records)
                 scaled = build_model(args, method, Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
                 load_checkpoint(scaled, sc_dir, method=method)
                 with output_head(scaled, "preserve"):

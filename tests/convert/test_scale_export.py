@@ -58,7 +58,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.checkpoint.reader import MegatronReader
-    from megatron_scale.methods import Scale
+    from megatron_scale.methods import recorded_method
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head, output_layers
@@ -76,7 +76,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                          adapt_modules=("qkv", "proj", "fc1", "fc2"))
         upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
         reader = MegatronReader(base / f"up-{variant}")
-        method = Scale(dims=reader.dims)
+        method = recorded_method(reader.records)
         model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
         load_checkpoint(model, base / f"up-{variant}", method=method)
         _perturb(model, seed=11)

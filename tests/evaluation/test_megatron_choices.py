@@ -74,7 +74,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.methods import Full, Scale
+    from megatron_scale.methods import Full, Scale, recorded_method
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.model.layers.heads import set_router_default
     from megatron_scale.checkpoint.records import MODEL_ARGS
@@ -95,7 +95,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     upscale_checkpoint(mg, base / "up", sc, tp=2)
     mc_reset(2)
     reader = MegatronReader(base / "up")
-    method = Scale(dims=reader.dims)
+    method = recorded_method(reader.records)
     model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
     load_checkpoint(model, base / "up", method=method)
     _perturb(model, seed=11)
