@@ -4,7 +4,7 @@ above the model and below the methods (it never imports megatron_scale/methods/)
     records.py   the records a checkpoint keeps beside its tensors (its common state), read typed
     io.py        save_checkpoint / load_checkpoint (the frozen base's digest verified), the run
                  directory's marker (latest_iteration_dir)
-    reader.py    MegatronReader: global tensors by key, without ranks; read_base_state
+    reader.py    MegatronReader: global tensors by key, without ranks
     digest.py    the frozen base's digest, the same at any parallel layout
     layout.py    the layout a training checkpoint was saved at, and resuming at another
 

@@ -10,8 +10,8 @@ arguments, the method's entries) are `records`. Whatever cannot be read is one
 CheckpointError naming the directory, the key or --model-args (conversion, the tools' front,
 re-raises it as its ConversionError).
 
-`read_base_state` reads every model tensor at once, for the loaders that fill a model from a
-base checkpoint's global tensors (the methods' load_initial).
+`base_state` reads every model tensor, one key at a time, for the loaders that fill a model from
+a base checkpoint's global tensors (the methods' load_initial).
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ import torch.distributed.checkpoint as dcp
 
 from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.io import latest_iteration_dir
-from megatron_scale.checkpoint.records import CheckpointError, read_records
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, read_records
 from megatron_scale.model.args import ArchitectureError, LlamaArgs
 
 
 class MegatronReader:
     """Global tensors of a torch_dist checkpoint by checkpoint key."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, records: CheckpointRecords | None = None) -> None:
+        """`records`: the checkpoint's, where the caller has read them already (`directory` is
+        then the checkpoint itself, not a run directory)."""
         self.dir = Path(directory)
         if not self.dir.is_dir():
             raise CheckpointError(f"checkpoint directory {self.dir} does not exist")
@@ -41,7 +43,7 @@ class MegatronReader:
             self.dir = latest_iteration_dir(self.dir) or self.dir
         except ValueError as e:
             raise CheckpointError(str(e)) from e
-        self.records = read_records(self.dir)
+        self.records = read_records(self.dir) if records is None else records
         self.meta = mc.dist_checkpointing.load_tensors_metadata(str(self.dir))
 
     def names(self) -> list[str]:
@@ -60,6 +62,12 @@ class MegatronReader:
         out = {key: torch.empty(tuple(m.global_shape), dtype=m.dtype)}
         dcp.load(out, storage_reader=dcp.FileSystemReader(str(self.dir)), no_dist=True)
         return out[key]
+
+    def base_state(self) -> dict[str, torch.Tensor]:
+        """Every model tensor as its global value (optimizer entries left out), read one key at a
+        time: what a method fills a model from when it starts from a base (methods/ load_initial).
+        Every rank holds the whole base (fine up to a few billion parameters in host memory)."""
+        return {key: self.get(key) for key in self.names()}
 
     def model_args(self, override: str | os.PathLike | None = None) -> LlamaArgs:
         """The recorded model arguments, or those of `override` (--model-args FILE.json)."""
@@ -95,12 +103,3 @@ def _model_args(record: Any, where: str) -> LlamaArgs:
         return LlamaArgs.from_json(record, where=where)
     except ArchitectureError as e:
         raise CheckpointError(str(e)) from e
-
-
-def read_base_state(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Global base tensors from a GPT dist checkpoint (optimizer entries dropped).
-
-    Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
-    offline tools/upscale_checkpoint.py path avoids it for larger models)."""
-    plain = mc.dist_checkpointing.load_plain_tensors(str(directory))
-    return {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}

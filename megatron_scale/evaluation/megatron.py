@@ -71,24 +71,6 @@ def model_logits(model: Any, ids: torch.Tensor, vocab: int, route_labels: bool =
     return _gather_vocab(out[0]["logits"])
 
 
-def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tuple[Any, Any]:
-    """(this rank's model chunk with the checkpoint's weights, in eval mode; the reader)."""
-    from megatron_scale.checkpoint.io import load_checkpoint
-    from megatron_scale.checkpoint.reader import MegatronReader
-    from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.methods import recorded_method
-
-    reader = MegatronReader(load)  # a run directory: its newest checkpoint
-    args = reader.model_args()
-    if args.num_layers % pp:
-        raise ValueError(f"--pipeline-model-parallel-size {pp}: {reader.dir} has {args.num_layers} layers, "
-                         f"not a multiple of it")
-    method = recorded_method(reader.records)
-    model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device).eval()
-    load_checkpoint(model, reader.dir, method=method)
-    return model, reader
-
-
 def resolved_head(head: str, dims: Any, where: Path) -> str | None:
     """The logits a checkpoint scores with: None for a plain model, else adapt | preserve | route."""
     if head not in HEADS:
@@ -107,7 +89,8 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from megatron_scale.methods import recorded_method
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import output_head
 
     if threads:
@@ -115,8 +98,9 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     ps = mc.parallel_state
     tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
     tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
-    model, reader = load_model(load, tp, pp, device)
-    used = resolved_head(head, recorded_method(reader.records).scale_dims, reader.dir)
+    loaded = load_model(load, Parallel(tp=tp, pp=pp), device)  # a run directory: its newest checkpoint
+    model, reader = loaded.model.eval(), loaded.reader
+    used = resolved_head(head, loaded.method.scale_dims, reader.dir)
     args = reader.model_args()
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "

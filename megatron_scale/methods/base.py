@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import WRITER_ENTRIES, CheckpointError, CheckpointRecords
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
@@ -147,16 +147,16 @@ class TrainingMethod:
     def prepare(self, model: Any, args: LlamaArgs) -> None:
         """Choose what trains, once built (default: everything)."""
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
-        """Fill `model` from --load when it is not a run to resume (`records`: --load's). Returns
-        what was loaded. Default: a base checkpoint as it is."""
-        base = read_base_state(directory)
-        refuse_adapters(base, directory)
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
+        """Fill `model` (built for this method on a base of `base_layers` layers) from a checkpoint
+        that is not a run to resume (`reader`: it, its records read): methods/load.py load_model
+        with a method given. Returns what was loaded. Default: a base checkpoint as it is."""
+        base = reader.base_state()
+        refuse_adapters(base, reader.dir)
         try:
             load_global_state_dict(model, self.initial_state(base, base_layers))
         except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e
         return self.loaded_as
 
     loaded_as: ClassVar[str] = "base"

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 from megatron_scale.flags import flag
 from megatron_scale.methods.base import Given, TrainingMethod, first_difference
@@ -122,11 +122,10 @@ class Lora(TrainingMethod):
         init_lora_model(model, self.settings)
         return model
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
         """A base checkpoint (the adapters keep their fresh A and zero B), or a LoRA one whose
         every adapter loads too, if its rank and alpha are this run's."""
-        state = read_base_state(directory)
+        state = reader.base_state()
         try:
             if not any(is_lora_key(k) for k in state):
                 missing = load_global_state_dict(model, state, strict=False)
@@ -134,9 +133,9 @@ class Lora(TrainingMethod):
                 if lacking:
                     raise KeyError(f"state dict lacks {len(lacking)} key(s), first: {lacking[:5]}")
                 return "base+lora"
-            if records is not None and records.scale is not None:  # a megatron-scale checkpoint: its rank and alpha
-                self.check_record(records, directory)
+            if reader.records.scale is not None:  # a megatron-scale checkpoint: its rank and alpha
+                self.check_record(reader.records, reader.dir)
             load_global_state_dict(model, state)
             return "lora"
         except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e

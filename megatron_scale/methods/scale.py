@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron_scale.checkpoint.io import load_checkpoint
-from megatron_scale.checkpoint.reader import read_base_state
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
@@ -141,16 +141,16 @@ class Scale(TrainingMethod):
         dims = cls.recorded_dims(records)
         return None if dims is None else cls(dims=dims)
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
-        """A SCALE checkpoint as it is; a base upscaled on load."""
-        if self.recorded_dims(records) is not None:
-            load_checkpoint(model, directory, records=records, method=self)
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
+        """A SCALE checkpoint as it is; a base upscaled on load (upscale/: the offline upscaling's
+        function too)."""
+        if self.recorded_dims(reader.records) is not None:
+            load_checkpoint(model, reader.dir, records=reader.records, method=self)
             return "scale"
-        base = read_base_state(directory)
-        refuse_adapters(base, directory)
+        base = reader.base_state()
+        refuse_adapters(base, reader.dir)
         try:
             load_upscaled(model, base)
         except (KeyError, ValueError) as e:
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e
         return "base+upscale"

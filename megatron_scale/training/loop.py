@@ -1,8 +1,8 @@
 """The training run: megatron-core's DDP, optimizer, LR scheduler and pipeline schedules.
 
-    setup -> (resume | initial weights) -> for each iteration: forward/backward over the
-    microbatches of one global batch, optimizer step, log; evaluate and save on their intervals;
-    on SIGTERM/SIGINT save if asked and leave the loop cleanly.
+    setup -> (resume | initial weights: methods/load.py load_model) -> for each iteration:
+    forward/backward over the microbatches of one global batch, optimizer step, log; evaluate and
+    save on their intervals; on SIGTERM/SIGINT save if asked and leave the loop cleanly.
 Frozen parameters never reach the grad buffers or the optimizer: megatron-core's DDP and
 optimizer take only parameters that require grad.
 """
@@ -28,13 +28,13 @@ from megatron_scale.data.indexed import DatasetError
 from megatron_scale.data.tokenizer import unit_codes
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
+from megatron_scale.methods.load import load_model
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
-from megatron_scale.training.initial_weights import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
 from megatron_scale.training.say_once import say_error_once
@@ -123,11 +123,13 @@ def setup(config: TrainConfig) -> Run:
     p: Plan = plan(config, int(os.environ.get("WORLD_SIZE", "1")))
     cfg, par, o, s = p.config, p.config.parallel, p.config.optim, p.config.schedule
     device = init_distributed(par.tp, par.pp, seed=s.seed, device=par.device)
-    parallel = Parallel(tp=par.tp, pp=par.pp, sequence_parallel=par.sequence_parallel)
-    model = build_model(p.architecture, p.method, parallel, _kernels(cfg, device))
-    model = model.to(device)  # a no-op where megatron-core built it there already
-    if p.initial is not None:
-        load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers, p.records)
+    parallel, kernels = Parallel(tp=par.tp, pp=par.pp, sequence_parallel=par.sequence_parallel), _kernels(cfg, device)
+    if p.initial is not None:  # the method's first weights (a base upscaled, grown, given adapters; its own)
+        model = load_model(p.initial, parallel, device, method=p.method, args=p.architecture, kernels=kernels,
+                           records=p.records).model
+    else:
+        model = build_model(p.architecture, p.method, parallel, kernels)
+        model = model.to(device)  # a no-op where megatron-core built it there already
     _give_unit_codes(model, cfg)
     ddp = mc.DistributedDataParallel(
         model.config,

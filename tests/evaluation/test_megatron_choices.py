@@ -69,13 +69,13 @@ def _write_model(folder: Path) -> None:
 
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
-    from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
+    from megatron_scale.checkpoint import save_checkpoint
     from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.checkpoint.reader import MegatronReader
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.methods import Full, Scale, recorded_method
-    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.methods import Scale
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import set_router_default
     from megatron_scale.checkpoint.records import MODEL_ARGS
     from tests import _tiny
@@ -94,10 +94,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     sc = ScaleConfig(variant="route", heads_up=4, seed=3, router_tau=0.8)
     upscale_checkpoint(mg, base / "up", sc, tp=2)
     mc_reset(2)
-    reader = MegatronReader(base / "up")
-    method = recorded_method(reader.records)
-    model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
-    load_checkpoint(model, base / "up", method=method)
+    loaded = load_model(base / "up", Parallel(tp=2), _tiny.device())
+    model, method, reader = loaded.model.eval(), loaded.method, loaded.reader
     _perturb(model, seed=11)
     record = {MODEL_ARGS: reader.model_args().to_json()}
     save_checkpoint(model, base / "run" / "iter_0000003", extra=lambda _, r=record: r, method=method)

@@ -139,9 +139,13 @@ class _Model:
         return self.model
 
     def load(self, ckpt: str) -> str:
-        from megatron_scale.training.initial_weights import load_initial_weights
+        """The model built and filled from --load `ckpt` as the training entry does it."""
+        from megatron_scale.methods.load import load_model
+        from megatron_scale.model.build import Kernels, Parallel
 
-        return load_initial_weights(self.model, ckpt, self.method, self.arch.num_layers)
+        loaded = load_model(ckpt, Parallel(tp=self.tp), method=self.method, args=self.arch, kernels=Kernels(initialize=True))
+        self.model = loaded.model
+        return loaded.loaded
 
 
 def _built(method: str, tp: int = 1, *extra: str) -> Any:
@@ -150,8 +154,8 @@ def _built(method: str, tp: int = 1, *extra: str) -> Any:
 
 def _loaded(ckpt: str, method: str, tp: int = 1, *extra: str) -> tuple[Any, str]:
     m = _Model(method, tp, *extra)
-    m.build()
-    return m.model, m.load(ckpt)
+    loaded = m.load(ckpt)
+    return m.model, loaded
 
 
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
