@@ -51,6 +51,8 @@ class Given:
     tp: int
     sequence_parallel: bool
     seed: int
+    transformer_impl: str = "local"
+    """--transformer-impl: local | transformer_engine."""
     records: CheckpointRecords | None
     """--load's records (None: no --load, or no torch_dist checkpoint)."""
     resuming: bool
@@ -200,6 +202,11 @@ class TrainingMethod:
         or None when they are not this method's. A method recorded as a plain model (Freeze,
         LLaMA-Pro) answers None: `Full` stands for it (methods.recorded_method)."""
         return None
+
+    @property
+    def routes(self) -> bool:
+        """Its model routes between two heads (SCALE-Route): evaluation's --route-* flags apply."""
+        return False
 
     @property
     def scale_dims(self) -> Any:

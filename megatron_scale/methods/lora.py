@@ -92,8 +92,12 @@ class Lora(TrainingMethod):
                                  f"{flag_name} gives {mine!r}; leave {flag_name} out to take the checkpoint's")
         if given.sequence_parallel:
             raise ValueError("--sequence-parallel is not supported with --method lora")
-        return cls(settings=LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]),
-                                         dropout=f.lora_dropout, seed=given.seed))
+        settings = LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]), dropout=f.lora_dropout,
+                                seed=given.seed)
+        if given.transformer_impl == "transformer_engine":
+            raise ValueError("--method lora: not with --transformer-impl transformer_engine "
+                             "(the adapters wrap megatron-core's local linears)")
+        return cls(settings=settings)
 
     def record(self) -> dict[str, Any]:
         """No geometry; its adapters' rank and alpha (what a load must agree on)."""

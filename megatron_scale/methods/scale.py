@@ -52,6 +52,10 @@ class Scale(TrainingMethod):
     def scale_dims(self) -> ScaleDims:
         return self.dims
 
+    @property
+    def routes(self) -> bool:
+        return self.dims.routed
+
     @staticmethod
     def recorded_dims(records: CheckpointRecords | None) -> ScaleDims | None:
         """The SCALE geometry a checkpoint records (`scale.dims`; None: a plain GPT model, no

@@ -228,14 +228,12 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def validate_te(self) -> None:
-        """The Transformer Engine and FP8 flags (model/layers/te.py's check), and what training adds."""
+        """The Transformer Engine and FP8 flags (model/layers/te.py's check), and what training adds
+        (a method that cannot run on TE says so in its plan: methods/lora.py)."""
         m = self.model
         te = m.transformer_impl == "transformer_engine"
         if m.gradient_accumulation_fusion and not te:
             raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
-        if te and self.method.name == "lora":
-            raise ValueError("--method lora: not with --transformer-impl transformer_engine "
-                             "(the adapters wrap megatron-core's local linears)")
         check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)
 
 

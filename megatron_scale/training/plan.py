@@ -200,7 +200,8 @@ def build_method(cfg: TrainConfig, arch: LlamaArgs, records: CheckpointRecords |
     name = cfg.method.name
     return method_class(name).plan(Given(
         name=name, flags=cfg.method, arch=arch, tp=cfg.parallel.tp, sequence_parallel=cfg.parallel.sequence_parallel,
-        seed=cfg.schedule.seed, records=records, resuming=resuming, where=where,
+        seed=cfg.schedule.seed, transformer_impl=cfg.model.transformer_impl, records=records, resuming=resuming,
+        where=where,
     ))
 
 
@@ -227,8 +228,8 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     reshard = check_resume(saved, layout, where) if resuming else None
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
-    cfg.logging.validate(cfg.method.name)
     method = build_method(cfg, arch, records, where, resuming)
+    cfg.logging.validate(cfg.method.name, method.routes)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
