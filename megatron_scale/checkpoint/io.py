@@ -35,7 +35,11 @@ from torch import nn
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
 from megatron_scale.checkpoint.digest import frozen_base_digest
-from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, RecordedMethod, read_records, scale_record
+from megatron_scale.checkpoint.layout import SavedLayout
+from megatron_scale.checkpoint.records import (
+    COMMON_ENTRIES, LAYOUT, MODEL_ARGS, SCALE, TRAIN_STATE, CheckpointError, CheckpointRecords, RecordedMethod,
+    read_records, scale_record,
+)
 from megatron_scale.model.weights.state import tree_map
 
 __all__ = ["CheckpointError", "iteration_dir", "latest_iteration_dir", "load_checkpoint", "save_checkpoint"]
@@ -72,10 +76,14 @@ def _barrier() -> None:
 
 
 def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None, *,
-                    method: RecordedMethod) -> Path:
+                    method: RecordedMethod, model_args: dict[str, Any] | None = None,
+                    layout: SavedLayout | None = None, train_state: dict[str, Any] | None = None) -> Path:
     """Save `model` (this rank's shards; every rank calls), built for `method`, to `directory`,
-    which must not exist. `extra(model_sharded_state_dict)` returns further entries to save beside
-    the model's; `method.record()` is what the checkpoint records of the method."""
+    which must not exist. `method.record()` is what the checkpoint records of the method; the
+    common state also records `model_args` (LlamaArgs.to_json()), and for a training run its
+    `layout` and `train_state` (records.py reads them back). `extra(model_sharded_state_dict)`
+    returns further sharded entries to save beside the model's (a training run's optimizer and
+    RNG state); the common state's entries are not among them."""
     target = Path(directory)
     partial = target.with_name(target.name + ".partial")
     if target.exists():
@@ -86,8 +94,17 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     _barrier()
     state = model.sharded_state_dict()  # type: ignore[operator]
     more = extra(state) if extra else {}
-    state["scale"] = scale_record(method, frozen_base_digest(model, sharded=state))
+    named = sorted(set(more) & set(COMMON_ENTRIES))
+    if named:
+        raise ValueError(f"save_checkpoint: extra entries {named} are the common state's; pass them by name")
+    state[SCALE] = scale_record(method, frozen_base_digest(model, sharded=state))
+    if model_args is not None:
+        state[MODEL_ARGS] = model_args
+    if layout is not None:
+        state[LAYOUT] = layout.to_record()
     state.update(more)
+    if train_state is not None:
+        state[TRAIN_STATE] = train_state
     with hooks.checkpoint_writes(str(partial)):
         mc.dist_checkpointing.save(
             state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
@@ -108,7 +125,8 @@ def load_checkpoint(
     frozen base; a checkpoint that records another method is refused (method.check_record).
     `records`: the directory's, where the caller has read them already.
 
-    Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record."""
+    Returns the loaded `extra` entries (see save_checkpoint) and the `scale` record (the other
+    common entries are `records`')."""
     if records is None:
         records = read_records(directory)
     if records.scale is None:
@@ -123,7 +141,7 @@ def load_checkpoint(
     state = mc.dist_checkpointing.load(sharded, str(directory))
     # The result also carries the checkpoint's common (non-sharded) entries: hand back all but
     # the model's own.
-    loaded = {k: v for k, v in state.items() if k not in model_keys and k != "scale"}
+    loaded = {k: v for k, v in state.items() if k not in model_keys and k not in COMMON_ENTRIES}
     model.load_state_dict({k: state[k] for k in model_keys}, strict=True)
     digest = frozen_base_digest(model, sharded=model_sharded)
     if digest != records.digest:
@@ -131,4 +149,4 @@ def load_checkpoint(
             f"{directory}: the frozen base does not match its recorded digest "
             f"({digest[:16]}... != {str(records.digest)[:16]}...); the base tensors changed"
         )
-    return {**loaded, "scale": records.scale}
+    return {**loaded, SCALE: records.scale}

@@ -48,6 +48,8 @@ MODEL_ARGS = "model_args"
 SCALE = "scale"
 TRAIN_STATE = "train_state"
 LAYOUT = "layout"
+COMMON_ENTRIES = (MODEL_ARGS, SCALE, TRAIN_STATE, LAYOUT)
+"""The common state's entries: save_checkpoint writes them from its arguments, read_records reads them."""
 WRITER_ENTRIES = ("frozen_digest", "mcore_version")
 """The `scale` record's entries that the writer keeps (scale_record), beside the method's own."""
 

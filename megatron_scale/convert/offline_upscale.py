@@ -20,7 +20,6 @@ import torch
 
 from megatron_scale.checkpoint.io import save_checkpoint
 from megatron_scale.checkpoint.reader import MegatronReader
-from megatron_scale.checkpoint.records import MODEL_ARGS
 from megatron_scale.scale_config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
 from megatron_scale.convert import keymap
 from megatron_scale.launch import on_ranks
@@ -35,7 +34,7 @@ def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims,
                   device: torch.device) -> None:
     method = Scale(dims=dims)
     model = load_model(base_dir, Parallel(tp=tp, pp=pp), device, method=method, args=args).model
-    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=method)
+    save_checkpoint(model, out_dir, method=method, model_args=args.to_json())
 
 
 @conversion_errors()

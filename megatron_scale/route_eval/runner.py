@@ -123,7 +123,6 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,
                device: torch.device) -> str:
     from megatron_scale.checkpoint.io import save_checkpoint
-    from megatron_scale.checkpoint.records import MODEL_ARGS
     from megatron_scale.methods import Scale
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
@@ -132,9 +131,8 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
     loaded = load_model(load, Parallel(tp=tp), device)
     model = loaded.model.eval()
     set_router_default(model, tau, statistic, direction, unit)
-    record = {MODEL_ARGS: loaded.reader.model_args().to_json()}
     # the geometry with its new router default is what the checkpoint records
-    return str(save_checkpoint(model, save, extra=lambda _: record, method=Scale(dims=model.scale_dims)))
+    return str(save_checkpoint(model, save, method=Scale(dims=model.scale_dims), model_args=loaded.reader.model_args().to_json()))
 
 
 def run_sweep(s: SweepSettings) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale import hooks
 from megatron_scale.checkpoint.io import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.checkpoint.layout import FULLY_RESHARDABLE, MODEL_SPACE, SavedLayout
-from megatron_scale.checkpoint.records import LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, RecordedMethod
+from megatron_scale.checkpoint.records import CheckpointRecords, RecordedMethod, read_records
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.weights.state import tree_map
 
@@ -224,18 +224,15 @@ def save_run(
     (the run's, checkpoint/layout.py run_layout) fixes the optimizer-state format and is recorded."""
     def extra(model_sd: dict) -> dict:
         return {
-            **({MODEL_ARGS: model_args} if model_args is not None else {}),
-            LAYOUT: layout.to_record(),
             "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_metadata(layout.optimizer_format)),
             "rng_state": _rng_object(_rng_state()),
-            TRAIN_STATE: {
-                "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
-                "adam_step": _adam_step(optimizer), **({"optim": optim} if optim is not None else {}),
-            },
         }
 
+    train_state = {"iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
+                   "adam_step": _adam_step(optimizer), **({"optim": optim} if optim is not None else {})}
     _drop_uncommitted(save, iteration)
-    path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method)
+    path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method, model_args=model_args,
+                           layout=layout, train_state=train_state)
     if dist.get_rank() == 0:
         hooks.point("save-before-marker", checkpoint=path.name)
         tmp = Path(save) / (MARKER + ".tmp")
@@ -265,13 +262,15 @@ def load_run(
             **({"rng_state": _rng_object(None)} if rng else {}),
         }
 
+    if records is None:
+        records = read_records(path)
+    state = records.train_state
+    if state is None:
+        raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     loaded = load_checkpoint(model, path, extra, records=records, method=method)
     hooks.point("load", checkpoint=path.name)
-    if TRAIN_STATE not in loaded:
-        raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters
         _load_optimizer(optimizer, loaded["optimizer"])
-    state = loaded[TRAIN_STATE]
     _set_adam_step(optimizer, state.get("adam_step"))
     scheduler.load_state_dict(state["scheduler"])
     if rng:

@@ -61,7 +61,6 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.model.build import Parallel
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head, output_layers
-    from megatron_scale.checkpoint.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
     init_distributed(1, 1, device="cpu")
@@ -77,8 +76,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         loaded = load_model(base / f"up-{variant}", Parallel(tp=2), _tiny.device())
         model, method, reader = loaded.model.eval(), loaded.method, loaded.reader
         _perturb(model, seed=11)
-        record = {MODEL_ARGS: reader.model_args().to_json()}
-        save_checkpoint(model, base / f"sc-{variant}", extra=lambda _, r=record: r, method=method)
+        save_checkpoint(model, base / f"sc-{variant}", method=method, model_args=reader.model_args().to_json())
         out = output_layers(model)[0]
         out.reset_route_counts()
         res[f"{variant}/logits"] = megatron_logits(model, ids)
