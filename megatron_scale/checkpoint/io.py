@@ -40,6 +40,7 @@ from megatron_scale.checkpoint.records import (
     COMMON_ENTRIES, LAYOUT, MODEL_ARGS, SCALE, TRAIN_STATE, CheckpointError, CheckpointRecords, RecordedMethod,
     read_records, scale_record,
 )
+from megatron_scale.distributed import collective_device
 from megatron_scale.model.weights.state import tree_map
 
 __all__ = ["CheckpointError", "iteration_dir", "latest_iteration_dir", "load_checkpoint", "save_checkpoint"]
@@ -75,6 +76,11 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _digest(model: nn.Module, sharded: dict) -> str:
+    """The frozen base's digest, its sums all-reduced on the device the default group serves."""
+    return frozen_base_digest(model, sharded=sharded, device=collective_device() if dist.is_initialized() else None)
+
+
 def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None, *,
                     method: RecordedMethod, model_args: dict[str, Any] | None = None,
                     layout: SavedLayout | None = None, train_state: dict[str, Any] | None = None) -> Path:
@@ -97,7 +103,7 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     named = sorted(set(more) & set(COMMON_ENTRIES))
     if named:
         raise ValueError(f"save_checkpoint: extra entries {named} are the common state's; pass them by name")
-    state[SCALE] = scale_record(method, frozen_base_digest(model, sharded=state))
+    state[SCALE] = scale_record(method, _digest(model, state))
     if model_args is not None:
         state[MODEL_ARGS] = model_args
     if layout is not None:
@@ -143,7 +149,7 @@ def load_checkpoint(
     # the model's own.
     loaded = {k: v for k, v in state.items() if k not in model_keys and k not in COMMON_ENTRIES}
     model.load_state_dict({k: state[k] for k in model_keys}, strict=True)
-    digest = frozen_base_digest(model, sharded=model_sharded)
+    digest = _digest(model, model_sharded)
     if digest != records.digest:
         raise CheckpointError(
             f"{directory}: the frozen base does not match its recorded digest "
