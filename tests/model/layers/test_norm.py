@@ -1,6 +1,6 @@
 """model/layers/norm.py: SplitRMSNorm equals the two RMS norms written out (base dims keep their
 own statistic and frozen gain), forward and backward, at TP=1 and TP=2 (the harness:
-tests/model/_dense_reference.py)."""
+tests/model/layers/_dense_reference.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import _dense_reference as dense
+from tests.model.layers import _dense_reference as dense
 
 pytestmark = pytest.mark.dist
 

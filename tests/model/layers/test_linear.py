@@ -1,7 +1,7 @@
 """model/layers/linear.py: ScaleColumnParallelLinear (as linear_qkv and linear_fc1) and
 ScaleRowParallelLinear (as linear_proj and linear_fc2), each Preserve and Adapt, equal the dense
 [[W, W12 or 0], [W21, W22]] linear forward and backward at TP=1 and TP=2, and leave the frozen
-base without a gradient (the harness: tests/model/_dense_reference.py, one spawn shared with
+base without a gradient (the harness: tests/model/layers/_dense_reference.py, one spawn shared with
 test_norm.py, test_heads.py and test_partition.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import _dense_reference as dense
+from tests.model.layers import _dense_reference as dense
 
 pytestmark = pytest.mark.dist
 

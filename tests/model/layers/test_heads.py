@@ -1,8 +1,8 @@
 """model/layers/heads.py: the [E | E_up] embedding equals nn.Linear(V, d+d') on one-hot ids, and
 the output layer, untied and tied, equals z_a = [W_out W_out_up][h; h_up] (head adapt) and
 z_p = [W_out 0][h; h_up] (head preserve, W_out_up without a gradient), forward and backward at
-TP=1 and TP=2 (the harness: tests/model/_dense_reference.py). The router and the head/router
-settings of a built model: tests/model/test_routing.py."""
+TP=1 and TP=2 (the harness: tests/model/layers/_dense_reference.py). The router and the head/router
+settings of a built model: tests/model/layers/test_routing.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import _dense_reference as dense
+from tests.model.layers import _dense_reference as dense
 
 pytestmark = pytest.mark.dist
 
