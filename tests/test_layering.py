@@ -357,6 +357,19 @@ def test_the_recipe_launcher_and_report_read_files_with_the_standard_library() -
     assert {k: v for k, v in got.items() if v} == {}
 
 
+def test_nothing_edits_sys_path() -> None:
+    """The tools run on the installed package (README: pip install -e .; tests/run.sh's venv), so
+    neither they nor the package edit sys.path at import (house rule 8)."""
+    tools = sorted((PKG.parent / "tools").glob("*.py"))
+    editors = sorted(
+        str(p.relative_to(PKG.parent)) for p in _sources() + tools
+        if any(isinstance(n, ast.Attribute) and n.attr in ("insert", "append", "extend")
+               and isinstance(n.value, ast.Attribute) and n.value.attr == "path"
+               and getattr(n.value.value, "id", None) == "sys" for n in ast.walk(ast.parse(p.read_text())))
+    )
+    assert len(tools) > 10 and editors == []
+
+
 def test_every_transformer_config_comes_from_the_architecture_record() -> None:
     """model/args.py LlamaArgs.transformer_config is the one place a TransformerConfig is made
     (the package and the tools; tests build their own tiny ones)."""
