@@ -9,8 +9,8 @@ KeyError or CheckpointError) comes back as one RankError with that rank's messag
 tracebacks; anything else is a RuntimeError with the rank's traceback. The step gets the rank's
 device as `device=`: whatever it makes goes there.
 
-`on_free_port` is how ranks spawned on this machine get their MASTER_PORT (here and in the tests'
-harness, tests/_dist.py).
+`spawn_ranks` starts ranks on this machine and collects what each returns, on a free MASTER_PORT
+(here and in the tests' harness, tests/_dist.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,7 +31,6 @@ from megatron_scale import _mcore as mc
 from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.distributed import free_port
 
-R = TypeVar("R")
 PORT_TRIES = 3
 
 
@@ -39,19 +38,8 @@ class RankError(ValueError):
     """A bad input a rank stopped on; the message is the rank's own (naming the file, key or flag)."""
 
 
-def on_free_port(start: Callable[[int], R], port_taken: Callable[[R], bool]) -> R:
-    """`start(port)` on a port free on 127.0.0.1 now, started again on another (PORT_TRIES in all)
-    while `port_taken(result)`: the port was free when chosen, and another process took it before
-    rank 0 listened (two launches at once on one machine: EADDRINUSE)."""
-    for attempt in range(PORT_TRIES):
-        result = start(free_port())
-        if attempt == PORT_TRIES - 1 or not port_taken(result):
-            break
-    return result
-
-
-def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any,
-                received: Any, parent: int) -> None:
+def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, parent: int,
+                out: Any, received: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     _exit_with_parent(parent)
@@ -84,32 +72,49 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple, timeout: float, port: int
-              ) -> tuple[dict[int, Any], tuple[int, tuple[str, str, str]] | None]:
-    """One launch of the ranks on `port`: ({rank: result}, None) or (partial, (rank, error))."""
+def _spawn_once(ctx: Any, target: Callable, world: int, args: tuple, timeout: float, port: int
+                ) -> tuple[dict[int, Any], tuple[int, Any] | None]:
     out, received = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received, os.getpid()))
-             for r in range(world)]
+    # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, out, received)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
-    error = None
+    failure = None
     try:
         for _ in procs:
-            rank, err, value = out.get(timeout=timeout)
-            if err is not None:
-                error = (rank, err)
-                break
+            rank, why, value = out.get(timeout=timeout)
+            if why is not None:
+                failure = (rank, why)
+                break  # the other ranks may now hang in a collective
             results[rank] = value
     except queue.Empty:
-        error = (-1, ("internal", f"ranks did not finish within {timeout} s", ""))
+        failure = (-1, None)
     finally:
         received.set()
         for p in procs:
-            p.join(timeout=5 if error else 120)
+            p.join(timeout=5 if failure else 120)
             if p.is_alive():
                 p.kill()
-    return results, error
+    return results, failure
+
+
+def spawn_ranks(target: Callable[..., None], world: int, args: tuple, timeout: float
+                ) -> tuple[dict[int, Any], tuple[int, Any] | None]:
+    """Run target(rank, world, port, *args, out, received) in `world` processes spawned on this
+    machine with a MASTER_PORT free on 127.0.0.1, and collect what each puts in `out`:
+    (rank, failure, value), failure None for a result. Stops at the first failure or after
+    `timeout` s, sets `received` (a rank waits for it before it exits: a tensor in the queue is
+    served from its process), ends the processes, and returns ({rank: value}, None), or what came
+    and (rank, failure) ((-1, None): the time ran out). A failure that says EADDRINUSE (another
+    process took the port before rank 0 listened: two launches at once) launches again on another
+    port, PORT_TRIES in all."""
+    ctx = mp.get_context("spawn")
+    for attempt in range(PORT_TRIES):
+        results, failure = _spawn_once(ctx, target, world, args, timeout, free_port())
+        if failure is None or "EADDRINUSE" not in str(failure[1]) or attempt == PORT_TRIES - 1:
+            break
+    return results, failure
 
 
 def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
@@ -119,11 +124,10 @@ def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[
             f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
             f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
         )
-    ctx = mp.get_context("spawn")
-    results, error = on_free_port(lambda port: _run_once(ctx, fn, tp, pp, world, args, timeout, port),
-                                  lambda done: done[1] is not None and "EADDRINUSE" in done[1][1][1])
-    if error is not None:
-        rank, (kind, message, tb) = error
+    results, failure = spawn_ranks(_rank_entry, world, (tp, pp, fn, args, os.getpid()), timeout)
+    if failure is not None:
+        rank, error = failure
+        kind, message, tb = error or ("internal", f"ranks did not finish within {timeout} s", "")
         if kind == "input":
             raise RankError(message.split(": ", 1)[1] if ": " in message else message)
         raise RuntimeError(f"rank {rank} failed: {message}\n{tb}")
