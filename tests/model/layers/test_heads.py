@@ -6,8 +6,6 @@ settings of a built model: tests/model/layers/test_routing.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.model.layers import _dense_reference as dense
@@ -15,25 +13,20 @@ from tests.model.layers import _dense_reference as dense
 pytestmark = pytest.mark.dist
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, Any]:
-    return dense.results()
-
-
-def test_every_head_case_was_checked(results: dict) -> None:
-    got, want = dense.checked(results, dense.is_head)
+def test_every_head_case_was_checked(dense_results: dict) -> None:
+    got, want = dense.checked(dense_results, dense.is_head)
     assert got == want
 
 
 @pytest.mark.parametrize("tp", dense.TPS)
-def test_heads_equal_dense_reference(results: dict, tp: int) -> None:
-    errs = dense.errors(results, dense.is_head, tp, ("out", "grad_in", "grad_E_up", "grad_W_out_up", "no_grad_W_out_up"))
+def test_heads_equal_dense_reference(dense_results: dict, tp: int) -> None:
+    errs = dense.errors(dense_results, dense.is_head, tp, ("out", "grad_in", "grad_E_up", "grad_W_out_up", "no_grad_W_out_up"))
     assert {k[2] for k in errs} == {"out", "grad_in", "grad_E_up", "grad_W_out_up", "no_grad_W_out_up"}
     assert {k: v for k, v in errs.items() if not v <= dense.ATOL} == {}
 
 
 @pytest.mark.parametrize("tp", dense.TPS)
-def test_frozen_tables_get_no_gradient(results: dict, tp: int) -> None:
-    errs = dense.errors(results, dense.is_head, tp, ("frozen_no_grad",))
+def test_frozen_tables_get_no_gradient(dense_results: dict, tp: int) -> None:
+    errs = dense.errors(dense_results, dense.is_head, tp, ("frozen_no_grad",))
     assert len(errs) == 1 + 4  # the embedding; the output layer untied/tied x adapt/preserve
     assert {k: v for k, v in errs.items() if v != 0.0} == {}

@@ -4,8 +4,6 @@ tests/model/layers/_dense_reference.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.model.layers import _dense_reference as dense
@@ -13,20 +11,15 @@ from tests.model.layers import _dense_reference as dense
 pytestmark = pytest.mark.dist
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, Any]:
-    return dense.results()
-
-
-def test_every_norm_case_was_checked(results: dict) -> None:
-    got, want = dense.checked(results, dense.is_norm)
+def test_every_norm_case_was_checked(dense_results: dict) -> None:
+    got, want = dense.checked(dense_results, dense.is_norm)
     assert got == want
 
 
 @pytest.mark.parametrize("tp", dense.TPS)
-def test_norm_equals_the_two_rms_norms(results: dict, tp: int) -> None:
-    errs = dense.errors(results, dense.is_norm, tp, ("out", "grad_in", "grad_g_up"))
+def test_norm_equals_the_two_rms_norms(dense_results: dict, tp: int) -> None:
+    errs = dense.errors(dense_results, dense.is_norm, tp, ("out", "grad_in", "grad_g_up"))
     assert {k[2] for k in errs} == {"out", "grad_in", "grad_g_up"}
     assert {k: v for k, v in errs.items() if not v <= dense.ATOL} == {}
-    frozen = dense.errors(results, dense.is_norm, tp, ("frozen_no_grad",))
+    frozen = dense.errors(dense_results, dense.is_norm, tp, ("frozen_no_grad",))
     assert frozen and set(frozen.values()) == {0.0}

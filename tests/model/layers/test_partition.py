@@ -6,8 +6,6 @@ same global keys at TP=1 and TP=2."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.model.layers import _dense_reference as dense
@@ -15,12 +13,7 @@ from tests.model.layers import _dense_reference as dense
 pytestmark = pytest.mark.dist
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, Any]:
-    return dense.results()
-
-
-def test_global_blocks_are_the_checkpoint_keys(results: dict) -> None:
-    assert results["ranks"] == 2
-    for keys in results["keys"]:
+def test_global_blocks_are_the_checkpoint_keys(dense_results: dict) -> None:
+    assert dense_results["ranks"] == 2
+    for keys in dense_results["keys"]:
         assert keys == dense.expected_keys()
