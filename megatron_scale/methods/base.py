@@ -220,7 +220,7 @@ class TrainingMethod:
     """A plain export merges weights of its own into the base's (exported_tensor), so the exported
     weights are rounded once more than the checkpoint's (convert/verify.py's tolerance)."""
 
-    def exported_tensor(self, reader: Any, key: str) -> torch.Tensor:
+    def exported_tensor(self, reader: MegatronReader, key: str) -> torch.Tensor:
         """Tensor `key` of the plain GPT model its checkpoint (`reader`: checkpoint/reader.py)
         exports as: the saved one (LoRA: its adapters merged in)."""
         return reader.get(key)

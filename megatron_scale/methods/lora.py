@@ -110,7 +110,7 @@ class Lora(TrainingMethod):
             return None
         return cls(settings=LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"])))
 
-    def exported_tensor(self, reader: Any, key: str) -> torch.Tensor:
+    def exported_tensor(self, reader: MegatronReader, key: str) -> torch.Tensor:
         """The adapters beside a weight merged into it: W + (alpha / r) B A, per layer
         ([L, out, r] @ [L, r, in]), computed in fp32."""
         w = reader.get(key)
