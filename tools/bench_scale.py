@@ -70,7 +70,7 @@ def _architecture(a: argparse.Namespace, layers: int, up: bool) -> Any:
 
 def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     """The model of one (scope, method), through the library's one builder."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.build import Kernels, build_model
     from megatron_scale.methods import Full, Scale
 

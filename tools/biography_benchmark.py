@@ -26,9 +26,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
+from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
 from megatron_scale.bio.frontier import runs_of, runs_of_stages, write_frontier
 from megatron_scale.bio.frontier import title as frontier_title

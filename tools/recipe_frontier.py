@@ -18,11 +18,9 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from megatron_scale.data.files import atomic_write  # noqa: E402
-from megatron_scale.evaluation.frontier_report import write  # noqa: E402
-from megatron_scale.recipe.frontier import LEVELS, Spec, axes, final_table, runs_of  # noqa: E402
+from megatron_scale.data.files import atomic_write
+from megatron_scale.evaluation.frontier_report import write
+from megatron_scale.recipe.frontier import LEVELS, Spec, axes, final_table, runs_of
 
 
 def main(argv: list[str] | None = None) -> int:

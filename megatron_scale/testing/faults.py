@@ -18,7 +18,7 @@ The points, in the order a run reaches them (hooks.point calls in the modules na
                         (hooks.optimizer_built, training/loop.py)
     save-data           one more tensor written into this rank's shard file of `iter_N.partial`
                         (the file is incomplete until the last one; hooks.checkpoint_writes,
-                        checkpoint.py)
+                        checkpoint/io.py)
     save-before-rename  every rank's data is written, `iter_N.partial` not yet renamed (rank 0)
     save-before-marker  `iter_N` complete, `latest_checkpointed_iteration.txt` not yet naming it
                         (rank 0; training/checkpointing.py)

@@ -31,7 +31,7 @@ STEPS = 3
 
 
 def _build(method: str, tp: int, backend: str, state: dict[str, torch.Tensor], dtype: str = "float32") -> Any:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.methods import Full, Scale
     from megatron_scale.model.build import Parallel, build_model
     from megatron_scale.model.weights.state import load_global_state_dict

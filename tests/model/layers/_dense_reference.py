@@ -1,5 +1,5 @@
 """Every upscaled module equals a dense reference, forward and backward, at TP=1 and TP=2: the
-shared harness of tests/model/test_linear.py, test_norm.py, test_heads.py and test_partition.py.
+shared harness of tests/model/layers/test_linear.py, test_norm.py, test_heads.py and test_partition.py.
 
 scale-method.md, "What must hold" 4. For each module the test takes the GLOBAL tensors
 (`global_state_dict`, checkpoint keys) and builds the reference from them alone:
@@ -7,7 +7,7 @@ scale-method.md, "What must hold" 4. For each module the test takes the GLOBAL t
     M = [[W, W12 or 0], [W21, W22]]  in a plain torch.nn.Linear(n+n', m+m'), applied to [x; x_up]
 
 and compares what each TP rank's module computes with it, through a global<->local mapping written
-here, independently of partition.py:
+apart from partition.py (_tp_index.py):
   - column-parallel (linear_qkv chunks=1, linear_fc1 chunks=2): rank r holds piece r (of tp) of
     each of the `chunks` equal row-chunks of the base block and of the new block; its local output
     is [base chunk0_r, new chunk0_r, base chunk1_r, new chunk1_r, ...];
@@ -45,6 +45,7 @@ from torch import nn
 
 from tests import _tiny
 from tests._dist import run_ranks
+from tests.model.layers import _tp_index as tp_index
 
 ATOL = 1e-5
 TPS = (1, 2)
@@ -74,42 +75,6 @@ def _dense(weight: torch.Tensor) -> nn.Linear:
     with torch.no_grad():
         lin.weight.copy_(weight)
     return lin
-
-
-# ---- global <-> local, written from the method's description (not from partition.py) ----
-
-def _column_rows(size: int, chunks: int, tp: int, r: int) -> torch.Tensor:
-    """Global rows (of a block with `size` rows) that column-parallel rank r holds, in local
-    order: piece r of tp of each of the `chunks` equal row-chunks."""
-    c = size // chunks
-    p = c // tp
-    return torch.cat([torch.arange(j * c + r * p, j * c + (r + 1) * p) for j in range(chunks)])
-
-
-def _column_out_index(m: int, m_up: int, chunks: int, tp: int, r: int) -> torch.Tensor:
-    """Index into the dense output [y; y_up] of each local output feature of rank r:
-    [base chunk0_r, new chunk0_r, base chunk1_r, new chunk1_r, ...]."""
-    base = _column_rows(m, chunks, tp, r).chunk(chunks)
-    new = _column_rows(m_up, chunks, tp, r).chunk(chunks)
-    return torch.cat([t for b, u in zip(base, new, strict=True) for t in (b, m + u)])
-
-
-def _row_in_index(n: int, n_up: int, tp: int, r: int) -> torch.Tensor:
-    """Index into the dense input [x; x_up] of rank r's local input [x_r; x_up_r]."""
-    pn, pu = n // tp, n_up // tp
-    return torch.cat([torch.arange(r * pn, (r + 1) * pn), n + torch.arange(r * pu, (r + 1) * pu)])
-
-
-def _vocab_rows(tp: int, r: int) -> torch.Tensor:
-    return torch.arange(r * V // tp, (r + 1) * V // tp)
-
-
-def _swiglu_global(w: torch.Tensor, tp: int) -> torch.Tensor:
-    """A standalone linear_fc1's base `weight` is saved split plainly along rows, i.e. as the
-    rank concatenation [gate_0; up_0; gate_1; up_1] (megatron-core applies its SwiGLU factory in
-    MLP.sharded_state_dict, not in the linear). Reorder to the global [gate; up]."""
-    blocks = w.chunk(2 * tp)
-    return torch.cat([blocks[2 * r + j] for j in range(2) for r in range(tp)])
 
 
 # ---- checks (run inside each rank) ----
@@ -159,7 +124,7 @@ def _check_linear(rec: _Recorder, name: str, adapt: bool, r: int, seed: int) -> 
 
     g = global_state_dict(mod)
     rec.keys[(tp, label)] = sorted(g)
-    w = _swiglu_global(g["weight"], tp) if chunks == 2 else g["weight"]
+    w = tp_index.swiglu_global(g["weight"], tp) if chunks == 2 else g["weight"]
     w12 = g["weight_12"] if adapt else torch.zeros(m, n_up)
     dense = _dense(torch.cat((torch.cat((w, w12), 1), torch.cat((g["weight_21"], g["weight_22"]), 1)), 0))
 
@@ -172,14 +137,14 @@ def _check_linear(rec: _Recorder, name: str, adapt: bool, r: int, seed: int) -> 
 
     if parallel == "column":
         x = x_full.detach().clone().requires_grad_()
-        out_idx = _column_out_index(m, m_up, chunks, tp, r)
+        out_idx = tp_index.column_out_index(m, m_up, chunks, tp, r)
         out, bias = mod(x)
         assert bias is None
         (out * grad_out[..., out_idx]).sum().backward()
         rec.err(label, "out", out, y_full[..., out_idx])
         rec.err(label, "grad_in", x.grad, x_full.grad)  # type: ignore[arg-type]
-        up_rows = m + _column_rows(m_up, chunks, tp, r)
-        base_rows = _column_rows(m, chunks, tp, r)
+        up_rows = m + tp_index.column_rows(m_up, chunks, tp, r)
+        base_rows = tp_index.column_rows(m, chunks, tp, r)
         gw = mod.weight_up.grad
         assert gw is not None
         rec.err(label, "grad_W21", gw[:, :n], dm[up_rows][:, :n])
@@ -187,7 +152,7 @@ def _check_linear(rec: _Recorder, name: str, adapt: bool, r: int, seed: int) -> 
         if adapt:
             rec.err(label, "grad_W12", mod.weight_12.grad, dm[base_rows][:, n:])
     else:
-        in_idx = _row_in_index(n, n_up, tp, r)
+        in_idx = tp_index.row_in_index(n, n_up, tp, r)
         x = x_full.detach()[..., in_idx].clone().requires_grad_()
         out, bias = mod(x)
         assert bias is None
@@ -262,7 +227,7 @@ def _check_embedding(rec: _Recorder, r: int) -> None:
 
     out = emb(ids)
     (out * grad_out).sum().backward()
-    rows = _vocab_rows(rec.tp, r)
+    rows = tp_index.vocab_rows(V, rec.tp, r)
     rec.err("embedding", "out", out, ref)
     rec.err("embedding", "grad_E_up", emb.weight_up.grad, dtable[rows][:, D:])
     rec.frozen("embedding", emb.weight)
@@ -302,7 +267,7 @@ def _check_output(rec: _Recorder, r: int, tied: bool, head: str) -> None:
     h = h_full.detach().clone().requires_grad_()
     out, bias = mod(h, weight=emb.weight if tied else None)
     assert bias is None
-    rows = _vocab_rows(tp, r)
+    rows = tp_index.vocab_rows(V, tp, r)
     (out * grad_out[..., rows]).sum().backward()
     rec.err(label, "out", out, ref[..., rows])
     rec.err(label, "grad_in", h.grad, h_full.grad)  # type: ignore[arg-type]

@@ -1,40 +1,18 @@
-"""records.py: what a checkpoint records beside its tensors, read under one policy.
-(The records of real checkpoints, and their refusals, are tested with them: tests/test_checkpoint.py,
-tests/training/test_reshard.py.)"""
+"""Each method's entries in a checkpoint's `scale` record (methods/ record, from_record,
+check_record): written in the format checkpoints have always had, read back as the method that
+wrote them, and checked at every load by the class that owns each entry.
+(The record policy itself is tests/checkpoint/test_records.py's; real checkpoints' records are
+tested with them: tests/checkpoint/test_io.py, tests/training/test_reshard.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import torch
-
-
-def test_one_record_policy(tmp_path: Path) -> None:
-    """records.read_records: a missing directory and a legacy pickled common.pt are refused by
-    name; a directory that is no torch_dist checkpoint is refused, or None where the caller asks."""
-    from megatron_scale.checkpoint import CheckpointError, check_lora_record, read_scale_record
-    from megatron_scale.methods import Full
-    from megatron_scale.records import read_records
-
-    with pytest.raises(CheckpointError, match=r"nope does not exist"):
-        read_records(tmp_path / "nope")
-    (tmp_path / "plain").mkdir()
-    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
-        read_records(tmp_path / "plain")
-    assert read_records(tmp_path / "plain", required=False) is None
-    check_lora_record(Full(), tmp_path / "plain")  # nothing recorded: nothing to check
-    with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
-        read_scale_record(tmp_path / "plain")
-    (tmp_path / "legacy").mkdir()
-    (tmp_path / "legacy" / "common.pt").write_bytes(b"not a pickle")
-    for required in (True, False):
-        with pytest.raises(CheckpointError, match=r"legacy: legacy checkpoint with a pickled common.pt"):
-            read_records(tmp_path / "legacy", required=required)
 
 
 def _dims() -> object:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
 
     from tests import _tiny
 
@@ -49,7 +27,7 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
     from megatron_scale import _mcore as mc
     from megatron_scale.methods import Freeze, Full, LlamaPro, Lora, Scale, recorded_method
     from megatron_scale.model.layers.lora import LoraSettings
-    from megatron_scale.records import CheckpointRecords, scale_record
+    from megatron_scale.checkpoint.records import CheckpointRecords, scale_record
 
     dims = _dims()
     lora = Lora(settings=LoraSettings(rank=4, alpha=8.0, dropout=0.1, seed=5))
@@ -65,8 +43,8 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
         got = scale_record(method, "d")
         assert list(got.items()) == list(record.items()), method  # same keys, same order, same values
     def records(record: dict) -> CheckpointRecords:
-        return CheckpointRecords(directory=Path("ckpt"), model_args=None, dims=None if record["dims"] is None else dims,
-                                 lora=record.get("lora"), train_state=None, layout=None, digest="d", scale=record)
+        return CheckpointRecords(directory=Path("ckpt"), model_args=None, train_state=None, layout=None, digest="d",
+                                 scale=record)
 
     back = {m.name: recorded_method(records(r)) for m, r in want.items()}
     assert back == {"full": Full(), "freeze": Full(), "llama-pro": Full(), "scale-adapt": Scale(dims=dims),
@@ -74,26 +52,27 @@ def test_each_method_says_what_its_checkpoints_record() -> None:
 
 
 def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path) -> None:
-    """checkpoint.check_method_record: another kind of model, another geometry (router settings
-    aside) or another LoRA rank is refused, naming the directory and the field."""
+    """TrainingMethod.check_record (what every load asks of the model's method): another kind of
+    model, another geometry (router settings aside) or another LoRA rank is refused, naming the
+    directory and the field; each entry by the method that owns it."""
     import dataclasses
 
-    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
     from megatron_scale.methods import Full, Lora, Scale
     from megatron_scale.model.layers.lora import LoraSettings
-    from megatron_scale.records import CheckpointRecords
 
     dims = _dims()
 
     def records(dims: object = None, lora: dict | None = None) -> CheckpointRecords:
-        return CheckpointRecords(directory=tmp_path, model_args=None, dims=dims, lora=lora, train_state=None,
-                                 layout=None, digest="d", scale={})
+        scale = {"dims": None if dims is None else dims.to_record(), **({"lora": lora} if lora is not None else {})}  # type: ignore[attr-defined]
+        return CheckpointRecords(directory=tmp_path, model_args=None, train_state=None, layout=None, digest="d",
+                                 scale=scale)
 
     lora = Lora(settings=LoraSettings(rank=4, alpha=8.0))
-    check_method_record(Full(), records(), tmp_path)
-    check_method_record(Scale(dims=dims), records(dims), tmp_path)
-    check_method_record(Scale(dims=dataclasses.replace(dims, router_tau=0.3)), records(dims), tmp_path)
-    check_method_record(lora, records(lora={"rank": 4, "alpha": 8.0}), tmp_path)
+    Full().check_record(records(), tmp_path)
+    Scale(dims=dims).check_record(records(dims), tmp_path)
+    Scale(dims=dataclasses.replace(dims, router_tau=0.3)).check_record(records(dims), tmp_path)
+    lora.check_record(records(lora={"rank": 4, "alpha": 8.0}), tmp_path)
     refusals = [
         (Full(), records(dims), "holds a SCALE model but the model is a plain GPT model"),
         (Scale(dims=dims), records(), "holds a plain GPT model but the model is a SCALE model"),
@@ -104,7 +83,7 @@ def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path)
     ]
     for method, recs, message in refusals:
         with pytest.raises(CheckpointError, match=f"{tmp_path}.*{message}"):
-            check_method_record(method, recs, tmp_path)
+            method.check_record(recs, tmp_path)
 
 
 def test_a_new_methods_own_record_entry_is_written_checked_and_read_back(tmp_path: Path) -> None:
@@ -115,9 +94,8 @@ def test_a_new_methods_own_record_entry_is_written_checked_and_read_back(tmp_pat
     from dataclasses import dataclass
     from typing import Any
 
-    from megatron_scale.checkpoint import CheckpointError, check_method_record
+    from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, scale_record
     from megatron_scale.methods import Full, recorded_method
-    from megatron_scale.records import CheckpointRecords, scale_record
 
     @dataclass(kw_only=True, frozen=True)
     class Tagged(Full):
@@ -130,13 +108,13 @@ def test_a_new_methods_own_record_entry_is_written_checked_and_read_back(tmp_pat
     assert list(record) == ["frozen_digest", "dims", "mcore_version", "tag"] and record["tag"] == 3
 
     def records(scale: dict) -> CheckpointRecords:
-        return CheckpointRecords(directory=tmp_path, model_args=None, dims=None, lora=None, train_state=None,
-                                 layout=None, digest="d", scale=scale)
+        return CheckpointRecords(directory=tmp_path, model_args=None, train_state=None, layout=None, digest="d",
+                                 scale=scale)
 
-    check_method_record(Tagged(), records(record), tmp_path)
+    Tagged().check_record(records(record), tmp_path)
     for scale, shown in (({**record, "tag": 4}, "4"), (scale_record(Full(), "d"), "None")):
         with pytest.raises(CheckpointError, match=f"{tmp_path}: scale.tag is {shown} but the model's method .* records 3"):
-            check_method_record(Tagged(), records(scale), tmp_path)
+            Tagged().check_record(records(scale), tmp_path)
     assert recorded_method(records(scale_record(Full(), "d"))) == Full()
     with pytest.raises(CheckpointError, match=r"scale record .*'tag'.* describes 0 training methods"):
         recorded_method(records(record))

@@ -10,7 +10,8 @@ Per element, with a = raw bits (32 low bits), i = global flat index, M = 2^31 - 
 and the digest is SHA-256 over (key, sum h1, sum h2, numel) for every frozen key in order. Every
 product stays below 2^63, so nothing relies on integer overflow. It is a checksum against
 accidents (a changed, moved or missing value), not a defence against a forger. The sums live on
-the device the all-reduce's group serves (distributed.collective_device: the GPU for NCCL).
+the device the all-reduce's group serves, which the caller passes (io.py: distributed.py's
+collective_device, the GPU for NCCL); by default the model's own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from megatron_scale.distributed import collective_device
 from megatron_scale.model.weights.state import sharded_tensors
 
 _M = 2**31 - 1
@@ -70,13 +70,17 @@ def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
     return total
 
 
-def frozen_base_digest(model: nn.Module, group: dist.ProcessGroup | None = None, *, sharded: dict | None = None) -> str:
+def frozen_base_digest(model: nn.Module, group: dist.ProcessGroup | None = None, *, sharded: dict | None = None,
+                       device: torch.device | None = None) -> str:
     """SHA-256 hex digest of every frozen tensor of `model`, identical at any parallel layout.
     `sharded`: the model's sharded state dict where the caller has built it already (a save or
-    load), so it is not built twice; it is not modified."""
+    load), so it is not built twice; it is not modified. `device`: where the sums meet in the
+    all-reduce over `group` (the device its collectives take; None: the model's)."""
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     reduce = dist.is_initialized() and dist.get_world_size(group) > 1
-    device = collective_device(group) if reduce else None
+    if reduce and device is None:
+        device = next(model.parameters()).device
+    device = device if reduce else None
     sums: dict[str, torch.Tensor] = {}
     for state_key, st in sharded_tensors(model, sharded):
         if state_key not in frozen:

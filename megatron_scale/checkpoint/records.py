@@ -3,14 +3,17 @@
 megatron-core's torch_dist format has a common (non-sharded) state; megatron-scale keeps there
     model_args            the architecture (LlamaArgs.to_json: Megatron-LM's flag names), written by
                           conversion, upscaling and training runs
-    scale.frozen_digest   digest of the frozen tensors (model/weights/digest.py), verified at every load
-    scale.dims            the SCALE geometry, ScaleDims.to_record() (None for a plain GPT model)
-    scale.lora            LoRA rank and alpha (absent without adapters)
+    scale                 the frozen base's digest (`frozen_digest`: digest.py, verified at every
+                          load), the megatron-core that wrote it (`mcore_version`), and the entries
+                          the model's training method records (methods/: the SCALE geometry
+                          `dims`, None for a plain GPT model; LoRA's rank and alpha `lora`; each
+                          method parses and checks its own)
     train_state           iteration, consumed samples, LR scheduler, Adam step (training runs)
     layout                the TP / PP / DP a training run saved at, whether its optimizer was
-                          distributed and the format of its optimizer state (`SavedLayout`)
+                          distributed and the format of its optimizer state (layout.py `SavedLayout`)
 
-`read_records(directory)` gives them typed, without loading a tensor. One policy for what cannot
+`read_records(directory)` gives them typed (the method's entries as saved), without loading a
+tensor. One policy for what cannot
 be read: a missing directory and a legacy checkpoint whose common state is a pickled common.pt
 (never unpickled) are a CheckpointError naming the directory; so is a directory that is no
 torch_dist checkpoint (no .metadata), unless the caller passes `required=False` and gets None.
@@ -39,19 +42,16 @@ from typing import Any, Literal, Protocol, overload
 from packaging.version import InvalidVersion, Version
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfigError, ScaleDims
+from megatron_scale.checkpoint.layout import SavedLayout, indexed_layout
 
 MODEL_ARGS = "model_args"
 SCALE = "scale"
 TRAIN_STATE = "train_state"
 LAYOUT = "layout"
-
-# The optimizer-state formats of training checkpoints (training/checkpointing.py writes them):
-FULLY_RESHARDABLE = "fully_reshardable"  # distributed optimizer, megatron-core's model-space format
-DP_RESHARDABLE = "dp_reshardable"        # distributed optimizer, per-bucket (before the layout record)
-MODEL_SPACE = "model_space"              # megatron-core's plain optimizer: one entry per parameter
-OPTIMIZER_FORMATS = (FULLY_RESHARDABLE, DP_RESHARDABLE, MODEL_SPACE)
-
+COMMON_ENTRIES = (MODEL_ARGS, SCALE, TRAIN_STATE, LAYOUT)
+"""The common state's entries: save_checkpoint writes them from its arguments, read_records reads them."""
+WRITER_ENTRIES = ("frozen_digest", "mcore_version")
+"""The `scale` record's entries that the writer keeps (scale_record), beside the method's own."""
 
 # metadata.json's format: what megatron-core MCORE_VERSION writes (CheckpointingConfig; torch_dist v1)
 FORMAT_FILE = "metadata.json"
@@ -128,75 +128,12 @@ def check_checkpoint_files(directory: str | os.PathLike) -> Any:
 
 
 @dataclass(frozen=True)
-class SavedLayout:
-    """How a training checkpoint was laid out when saved: what a resume at another layout reshards."""
-
-    tp: int
-    pp: int
-    dp: int | None
-    """None where not recorded (a checkpoint from before the layout record)."""
-    distributed_optimizer: bool
-    optimizer_format: str
-    """One of OPTIMIZER_FORMATS."""
-    recorded: bool = True
-    """False: read off the tensor index of a checkpoint from before the layout record."""
-
-    def to_record(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "distributed_optimizer": self.distributed_optimizer,
-                "optimizer_format": self.optimizer_format}
-
-    @classmethod
-    def from_record(cls, record: Any, where: str) -> SavedLayout:
-        try:
-            layout = cls(tp=int(record["tp"]), pp=int(record["pp"]), dp=int(record["dp"]),
-                         distributed_optimizer=bool(record["distributed_optimizer"]),
-                         optimizer_format=str(record["optimizer_format"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{where}: not a layout record ({type(e).__name__}: {e})") from e
-        if layout.optimizer_format not in OPTIMIZER_FORMATS:
-            raise CheckpointError(f"{where}: optimizer_format {layout.optimizer_format!r} is none of "
-                                  f"{', '.join(OPTIMIZER_FORMATS)}")
-        return layout
-
-    def describe(self) -> str:
-        """`TP=2 PP=1 DP=1, distributed optimizer (fully_reshardable)`."""
-        dp = "?" if self.dp is None else self.dp
-        optimizer = "distributed optimizer" if self.distributed_optimizer else "optimizer"
-        return f"TP={self.tp} PP={self.pp} DP={dp}, {optimizer} ({self.optimizer_format})"
-
-
-def _indexed_layout(path: Path, index: Any) -> SavedLayout | None:
-    """The layout of a training checkpoint from before the layout record, read off its tensor
-    index: the RNG entry is a (PP, TP) grid (`rng_state/shard_<pp>.<tp>_<PP>.<TP>`); the
-    distributed optimizer wrote `optimizer.distributed.*` (dp_reshardable), the plain one
-    `optimizer.state.*`. None where the index holds no RNG entry."""
-    grid = None
-    for key in index.state_dict_metadata:
-        if key.startswith("rng_state/shard_"):
-            shape = key.rsplit("_", 1)[1].split(".")
-            try:
-                grid = (int(shape[0]), int(shape[1]))
-            except (IndexError, ValueError) as e:
-                raise CheckpointError(f"{path / '.metadata'}: RNG entry {key!r} names no (PP, TP) grid") from e
-            break
-    if grid is None:
-        return None
-    distributed = any(k.startswith("optimizer.distributed.") for k in index.state_dict_metadata)
-    return SavedLayout(tp=grid[1], pp=grid[0], dp=None, distributed_optimizer=distributed,
-                       optimizer_format=DP_RESHARDABLE if distributed else MODEL_SPACE, recorded=False)
-
-
-@dataclass(frozen=True)
 class CheckpointRecords:
     """What a checkpoint records about its model and run (None: not recorded)."""
 
     directory: Path
     model_args: dict[str, Any] | None
     """LlamaArgs.to_json() (LlamaArgs.from_json reads it back)."""
-    dims: ScaleDims | None
-    """The SCALE geometry; None for a plain GPT model (or no megatron-scale checkpoint)."""
-    lora: dict[str, Any] | None
-    """LoRA rank and alpha of a `--method lora` checkpoint."""
     train_state: dict[str, Any] | None
     """A training run's state (training/checkpointing.py)."""
     layout: SavedLayout | None
@@ -204,12 +141,9 @@ class CheckpointRecords:
     digest: str | None
     """The frozen base's digest; None where megatron-scale did not write the checkpoint."""
     scale: dict[str, Any] | None
-    """The `scale` record as saved (digest, dims and lora as plain values)."""
-
-    @property
-    def is_scale(self) -> bool:
-        """Whether the checkpoint holds a SCALE model."""
-        return self.dims is not None
+    """The `scale` record as saved: the writer's entries and the method's, as plain values (None
+    where megatron-scale did not write the checkpoint). Each method reads its own entries
+    (methods/: `from_record`)."""
 
 
 @overload
@@ -232,19 +166,17 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     common = mc.dist_checkpointing.load_common_state_dict(str(path))
     scale = common.get(SCALE)
     _check_writer(path, scale)
-    recorded = (scale or {}).get("dims")
-    try:
-        dims = None if recorded is None else ScaleDims.from_record(recorded, where=f"{path}: scale.dims")
-    except ScaleConfigError as e:
-        raise CheckpointError(str(e)) from e
     train_state = common.get(TRAIN_STATE)
-    if LAYOUT in common:
-        layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
-    else:
-        layout = None if train_state is None else _indexed_layout(path, index)
+    try:
+        if LAYOUT in common:
+            layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
+        else:
+            layout = None if train_state is None else indexed_layout(index, where=str(path / ".metadata"))
+    except ValueError as e:
+        raise CheckpointError(str(e)) from e
     return CheckpointRecords(
-        directory=path, model_args=common.get(MODEL_ARGS), dims=dims, lora=(scale or {}).get("lora"),
-        train_state=train_state, layout=layout, digest=(scale or {}).get("frozen_digest"), scale=scale,
+        directory=path, model_args=common.get(MODEL_ARGS), train_state=train_state, layout=layout,
+        digest=(scale or {}).get("frozen_digest"), scale=scale,
     )
 
 
@@ -253,17 +185,18 @@ class RecordedMethod(Protocol):
     megatron_scale/methods/ says it: methods/base.py TrainingMethod.record)."""
 
     def record(self) -> dict[str, Any]:
-        """Its entries in the `scale` record: `dims` (the geometry's record, None for a plain GPT
-        model) and, for LoRA, `lora` (rank and alpha)."""
+        """Its entries in the `scale` record (the first: the model's geometry)."""
+        ...
+
+    def check_record(self, records: CheckpointRecords, where: str | os.PathLike) -> None:
+        """Refuse (CheckpointError, naming `where` and the entry) a checkpoint whose record is
+        not this method's."""
         ...
 
 
 def scale_record(method: RecordedMethod, digest: str) -> dict[str, Any]:
     """The `scale` record a checkpoint of a model built for `method` keeps (its frozen base's
-    digest given). Its keys, in this order: frozen_digest, dims, mcore_version, then the method's
-    other entries (lora)."""
-    entries = dict(method.record())
-    record: dict[str, Any] = {"frozen_digest": digest, "dims": entries.pop("dims"),
-                              "mcore_version": mc.MCORE_VERSION}
-    record.update(entries)
-    return record
+    digest given). Its keys, in this order, as checkpoints have always had them: frozen_digest,
+    the method's first entry (the geometry), mcore_version, then the method's other entries."""
+    entries = list(method.record().items())
+    return {"frozen_digest": digest, **dict(entries[:1]), "mcore_version": mc.MCORE_VERSION, **dict(entries[1:])}

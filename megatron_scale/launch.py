@@ -1,11 +1,16 @@
-"""Run a conversion step on the ranks of a TP x PP layout.
+"""Run a step on the ranks of a TP x PP layout: what the tools' work (conversion, upscaling,
+benchmark scoring, the route sweep) runs on.
 
 Inside a job that already has a process group (torchrun, srun, a test's spawned ranks), the step
 runs right there, on every rank, after megatron-core's parallel state is set to the layout. From a
 plain `python tools/...` call it spawns the TP x PP ranks itself on this machine (gloo on CPU,
-NCCL where there are enough GPUs) and waits for them. An error raised by a rank comes back as one
-error with that rank's message, not a wall of tracebacks. The step gets the rank's device as
-`device=`: whatever it makes goes there.
+NCCL where there are enough GPUs) and waits for them. A bad input a rank stops on (a ValueError,
+KeyError or CheckpointError) comes back as one RankError with that rank's message, not a wall of
+tracebacks; anything else is a RuntimeError with the rank's traceback. The step gets the rank's
+device as `device=`: whatever it makes goes there.
+
+`spawn_ranks` starts ranks on this machine and collects what each returns, on a free MASTER_PORT
+(here and in the tests' harness, tests/_dist.py).
 """
 
 from __future__ import annotations
@@ -23,12 +28,18 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from megatron_scale import _mcore as mc
-from megatron_scale.convert.hf_config import ConversionError
+from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.distributed import free_port
 
+PORT_TRIES = 3
 
-def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, out: Any,
-                received: Any, parent: int) -> None:
+
+class RankError(ValueError):
+    """A bad input a rank stopped on; the message is the rank's own (naming the file, key or flag)."""
+
+
+def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable, args: tuple, parent: int,
+                out: Any, received: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     _exit_with_parent(parent)
@@ -38,7 +49,7 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
         device = init_distributed(tp, pp, device="auto")
         out.put((rank, None, fn(*args, device=device)))
     except Exception as e:  # noqa: BLE001 (forwarded to the parent, which raises once)
-        kind = "conversion" if isinstance(e, ConversionError | KeyError | ValueError) else "internal"
+        kind = "input" if isinstance(e, CheckpointError | KeyError | ValueError) else "internal"
         out.put((rank, (kind, f"{type(e).__name__}: {e}", traceback.format_exc()), None))
     finally:
         # A tensor in the queue is shared through this process (torch.multiprocessing's file
@@ -61,57 +72,65 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-_PORT_TRIES = 3
-
-
-def _run_once(ctx: Any, fn: Callable, tp: int, pp: int, world: int, args: tuple, timeout: float
-              ) -> tuple[dict[int, Any], tuple[int, tuple[str, str, str]] | None]:
-    """One launch of the ranks on a fresh port: ({rank: result}, None) or (partial, (rank, error))."""
+def _spawn_once(ctx: Any, target: Callable, world: int, args: tuple, timeout: float, port: int
+                ) -> tuple[dict[int, Any], tuple[int, Any] | None]:
     out, received = ctx.Queue(), ctx.Event()
-    port = free_port()
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, tp, pp, fn, args, out, received, os.getpid()))
-             for r in range(world)]
+    # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, out, received)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
-    error = None
+    failure = None
     try:
         for _ in procs:
-            rank, err, value = out.get(timeout=timeout)
-            if err is not None:
-                error = (rank, err)
-                break
+            rank, why, value = out.get(timeout=timeout)
+            if why is not None:
+                failure = (rank, why)
+                break  # the other ranks may now hang in a collective
             results[rank] = value
     except queue.Empty:
-        error = (-1, ("internal", f"ranks did not finish within {timeout} s", ""))
+        failure = (-1, None)
     finally:
         received.set()
         for p in procs:
-            p.join(timeout=5 if error else 120)
+            p.join(timeout=5 if failure else 120)
             if p.is_alive():
                 p.kill()
-    return results, error
+    return results, failure
+
+
+def spawn_ranks(target: Callable[..., None], world: int, args: tuple, timeout: float
+                ) -> tuple[dict[int, Any], tuple[int, Any] | None]:
+    """Run target(rank, world, port, *args, out, received) in `world` processes spawned on this
+    machine with a MASTER_PORT free on 127.0.0.1, and collect what each puts in `out`:
+    (rank, failure, value), failure None for a result. Stops at the first failure or after
+    `timeout` s, sets `received` (a rank waits for it before it exits: a tensor in the queue is
+    served from its process), ends the processes, and returns ({rank: value}, None), or what came
+    and (rank, failure) ((-1, None): the time ran out). A failure that says EADDRINUSE (another
+    process took the port before rank 0 listened: two launches at once) launches again on another
+    port, PORT_TRIES in all."""
+    ctx = mp.get_context("spawn")
+    for attempt in range(PORT_TRIES):
+        results, failure = _spawn_once(ctx, target, world, args, timeout, free_port())
+        if failure is None or "EADDRINUSE" not in str(failure[1]) or attempt == PORT_TRIES - 1:
+            break
+    return results, failure
 
 
 def _spawn(fn: Callable, tp: int, pp: int, args: tuple, timeout: float) -> list[Any]:
     world = tp * pp
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
-        raise ConversionError(
+        raise RankError(
             f"--tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} needs {world} "
             f"GPUs here, found {torch.cuda.device_count()}; launch with torchrun on enough devices"
         )
-    ctx = mp.get_context("spawn")
-    for attempt in range(_PORT_TRIES):
-        results, error = _run_once(ctx, fn, tp, pp, world, args, timeout)
-        # the port was free when chosen, and another process took it before rank 0 listened (two
-        # tools starting at once on one machine): choose another
-        if error is None or "EADDRINUSE" not in error[1][1] or attempt == _PORT_TRIES - 1:
-            break
-    if error is not None:
-        rank, (kind, message, tb) = error
-        if kind == "conversion":
-            raise ConversionError(message.split(": ", 1)[1] if ": " in message else message)
-        raise RuntimeError(f"conversion rank {rank} failed: {message}\n{tb}")
+    results, failure = spawn_ranks(_rank_entry, world, (tp, pp, fn, args, os.getpid()), timeout)
+    if failure is not None:
+        rank, error = failure
+        kind, message, tb = error or ("internal", f"ranks did not finish within {timeout} s", "")
+        if kind == "input":
+            raise RankError(message.split(": ", 1)[1] if ": " in message else message)
+        raise RuntimeError(f"rank {rank} failed: {message}\n{tb}")
     return [results[r] for r in range(world)]
 
 
@@ -122,7 +141,7 @@ def on_ranks(fn: Callable[..., Any], tp: int, pp: int, *args: Any, timeout: floa
     if dist.is_initialized():
         world = dist.get_world_size()
         if world % (tp * pp):
-            raise ConversionError(
+            raise RankError(
                 f"world size {world} is not a multiple of --tensor-model-parallel-size {tp} x "
                 f"--pipeline-model-parallel-size {pp}"
             )

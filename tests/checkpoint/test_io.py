@@ -26,7 +26,7 @@ SCALE = dict(variant="adapt", adapt_layers=(1, 3), adapt_modules=("qkv", "proj",
 
 def _trained_state(seed: int = 11) -> dict[str, torch.Tensor]:
     """Global SCALE state with every trainable block perturbed away from its init."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.upscale import upscale_state_dict
 
     dims = ScaleConfig(**SCALE).resolve(_tiny.base_config(1))
@@ -37,7 +37,7 @@ def _trained_state(seed: int = 11) -> dict[str, torch.Tensor]:
 
 
 def _build(tp: int, **scale_overrides: Any) -> Any:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.build import build_scale_gpt
 
     return build_scale_gpt(
@@ -137,8 +137,9 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
                             other.output_layer.tau, other.output_layer.direction, rec["router_unit"],
                             other.output_layer.unit)
     # a checkpoint written before router_statistic and router_direction existed (its record lacks them) loads
-    from megatron_scale.config import ScaleDims
-    from megatron_scale.records import read_records
+    from megatron_scale.scale_config import ScaleDims
+    from megatron_scale.checkpoint.records import read_records
+    from megatron_scale.methods import Scale
 
     to_record = ScaleDims.to_record
     ScaleDims.to_record = lambda self: {k: v for k, v in to_record(self).items() if k not in ("router_statistic", "router_direction", "router_unit")}  # type: ignore[method-assign]
@@ -150,9 +151,10 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["old_record_loads"] = all(k not in old_dims for k in ("router_statistic", "router_direction", "router_unit"))
     # the typed records: the geometry as the model has it (an old record's statistic: cosine)
     records = read_records(root / "tp1")
-    res["records"] = (records.dims == back.scale_dims, records.is_scale, isinstance(records.digest, str),
-                      records.model_args, records.lora, records.train_state)
-    res["old_records_dims"] = read_records(root / "old_record").dims == back.scale_dims
+    res["records"] = (Scale.recorded_dims(records) == back.scale_dims, Scale.recorded_dims(records) is not None,
+                      isinstance(records.digest, str), records.model_args, (records.scale or {}).get("lora"),
+                      records.train_state)
+    res["old_records_dims"] = Scale.recorded_dims(read_records(root / "old_record")) == back.scale_dims
     res["existing_target"] = refused(lambda: _save(back, root / "tp1"))
     res["other_geometry"] = refused(lambda: _load(_build(2, hidden_up=32), root / "tp1"))
     dist.barrier()  # every rank has finished reading tp1 before rank 0 tampers with its files

@@ -1,4 +1,4 @@
-"""megatron_scale.convert.launch: the ranks a tool spawns (conversion, upscaling, the route sweep,
+"""megatron_scale/launch.py: the ranks a tool spawns (conversion, upscaling, the route sweep,
 benchmark scoring) end with the tool. Killing the tool (Ctrl-C, a job's SIGTERM, SIGKILL) used to
 leave its ranks computing on as orphans."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def sleeper(path: str, *, device: object) -> int:
@@ -36,7 +36,7 @@ def _alive(pid: int) -> bool:
 
 def test_ranks_end_when_the_tool_is_killed(tmp_path: Path) -> None:
     marker = tmp_path / "rank.pid"
-    code = ("from megatron_scale.convert.launch import on_ranks; from tests.convert.test_launch import sleeper; "
+    code = ("from megatron_scale.launch import on_ranks; from tests.test_launch import sleeper; "
             f"on_ranks(sleeper, 1, 1, {str(marker)!r})")
     tool = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -70,7 +70,7 @@ def test_a_port_taken_before_the_ranks_listen_is_chosen_again(monkeypatch: pytes
     listen (EADDRINUSE) launches again on another port instead of failing."""
     import socket
 
-    from megatron_scale.convert import launch
+    from megatron_scale import launch
     from megatron_scale.distributed import free_port
 
     with socket.socket() as taken:

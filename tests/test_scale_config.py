@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from megatron_scale.config import ScaleConfig, ScaleConfigError, size_notes
+from megatron_scale.scale_config import ScaleConfig, ScaleConfigError, size_notes
 from tests import _tiny
 
 
@@ -170,7 +170,7 @@ def test_record_round_trip(settings: dict) -> None:
     """ScaleDims.to_record / from_record give back the same geometry; a record written before
     router_statistic / router_direction / router_unit existed reads as cosine / above / token; a
     missing or unknown key is one error naming where."""
-    from megatron_scale.config import ScaleDims
+    from megatron_scale.scale_config import ScaleDims
 
     dims = ScaleConfig(**settings).resolve(_base(), 2)
     record = dims.to_record()

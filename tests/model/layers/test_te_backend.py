@@ -175,7 +175,7 @@ def _config_checks(backend: Any) -> dict[str, Any]:
 
 def _body(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers import te
     from megatron_scale.model.layers.spec import te_backend

@@ -5,7 +5,8 @@
 `ScaleConfig.resolve(base, tp)` makes one, and it checks every setting before any process group or
 model exists, with one message per bad setting that names it. A checkpoint records the geometry as
 `ScaleDims.to_record()` and gives it back with `ScaleDims.from_record` (no ScaleConfig in between);
-`ScaleDims.check_base` then checks it against the model it is built for.
+`ScaleDims.check_base` then checks it against the model it is built for. The checks themselves
+and the notes on default sizes are scale_checks.py's (re-exported here).
 
 Notation (scale-method.md): hidden d (+d'), query heads h (+h'), KV groups g (+g'), SwiGLU width
 f (+f'), head size k (never changes), L layers.
@@ -15,26 +16,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from megatron_scale.flags import flag
+from megatron_scale.scale_checks import (
+    ADAPT_MODULES, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError, base_sizes, check_architecture,
+    check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, size_notes,
+)
+
+__all__ = [
+    "ADAPT_MODULES", "INITS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
+    "ScaleConfig", "ScaleConfigError", "ScaleDims", "check_router", "int_list", "size_notes", "word_list",
+]
 
 Variant = Literal["preserve", "adapt", "route"]
 Init = Literal["svd", "normal", "zero"]
 VARIANTS: tuple[str, ...] = get_args(Variant)
 INITS: tuple[str, ...] = get_args(Init)
-ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
-ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
-# Which side of tau keeps the preservation head z_p: "above" (statistic >= tau, the paper's) or
-# "below" (statistic <= tau), for a statistic that is lower on old-domain tokens (issue 35).
-ROUTER_DIRECTIONS = ("above", "below")
-# What one routing decision covers: every token (the paper's), or all the tokens of one UTF-8
-# character or of one whitespace-delimited word, which take their unit's first token's decision
-# (model/layers/route_units.py; issue 35: a byte-level tokenizer splits a Hangul syllable into byte tokens).
-ROUTER_UNITS = ("token", "char", "word")
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
 ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
@@ -50,10 +50,6 @@ def int_list(text: str) -> tuple[int, ...]:
 def word_list(text: str) -> tuple[str, ...]:
     """'qkv proj' or 'qkv,proj' -> ('qkv', 'proj')."""
     return tuple(text.replace(",", " ").split())
-
-
-class ScaleConfigError(ValueError):
-    """A SCALE setting is invalid; the message names the setting (and its CLI flag)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -174,15 +170,15 @@ class ScaleDims:
         """Refuse a base TransformerConfig-like object this geometry was not resolved against, or a
         tensor-parallel size that does not split it evenly (the checks `ScaleConfig.resolve` makes,
         for a geometry read back from a checkpoint)."""
-        _check_architecture(base)
-        for name, value in _base_sizes(base).items():
+        check_architecture(base)
+        for name, value in base_sizes(base).items():
             if getattr(self, name) != value:
                 raise ScaleConfigError(
                     f"ScaleDims.{name}={getattr(self, name)} does not match the base model's {value}"
                 )
         ups = {"hidden_up": self.hidden_up, "heads_up": self.heads_up, "groups_up": self.groups_up,
                "ffn_up": self.ffn_up}
-        _check_tp(tensor_parallel_size, ups, _base_sizes(base))
+        check_tp(tensor_parallel_size, ups, base_sizes(base))
 
     def adapts(self, layer: int, module: str) -> bool:
         """Whether W12 exists (trainable, zero-initialised) in `module` of 0-based `layer`."""
@@ -207,188 +203,54 @@ class ScaleDims:
         )
 
 
-def _fail(setting: str, msg: str) -> ScaleConfigError:
-    flag = "--scale-" + setting.replace("_", "-")
-    return ScaleConfigError(f"ScaleConfig.{setting} ({flag}): {msg}")
-
-
-def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str,
-                 direction: object = "above", direction_flag: str = "--scale-router-direction",
-                 unit: object = "token", unit_flag: str = "--scale-router-unit") -> None:
-    """A router setting (tau, statistic, direction, unit) is usable, or one error naming the flag
-    that is not."""
-    if isinstance(tau, bool) or not isinstance(tau, int | float) or not math.isfinite(tau):
-        raise ScaleConfigError(f"{tau_flag}: tau must be a finite number, got {tau!r}")
-    if statistic not in ROUTER_STATISTICS:
-        raise ScaleConfigError(
-            f"{statistic_flag}: unknown router statistic {statistic!r}; choose one of {', '.join(ROUTER_STATISTICS)}"
-        )
-    if direction not in ROUTER_DIRECTIONS:
-        raise ScaleConfigError(
-            f"{direction_flag}: unknown router direction {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}"
-        )
-    if unit not in ROUTER_UNITS:
-        raise ScaleConfigError(f"{unit_flag}: unknown router unit {unit!r}; choose one of {', '.join(ROUTER_UNITS)}")
-
-
-def _nearest_multiples(x: float, m: int) -> list[int]:
-    """The positive multiples of m either side of x, the nearer first (the smaller on a tie)."""
-    lower = int(x // m) * m
-    both = [v for v in (lower, lower + m) if v > 0] or [m]
-    return sorted(both, key=lambda v: (abs(v - x), v))
-
-
-def _head_choices_text(heads_up: float, ratio: int, tp: int) -> str:
-    """The valid (h', g') nearest to h' (whole KV groups of `ratio` heads, g' divisible by TP), as flags."""
-    return " or ".join(f"--scale-heads-up {n * ratio} --scale-groups-up {n}"
-                       for n in _nearest_multiples(heads_up / ratio, tp))
-
-
-def _heads_and_groups(cfg: ScaleConfig, h: int, ratio: int, tp: int) -> tuple[int, int]:
-    """(h', g'): the user's, the one given completed at the base GQA ratio, or the default.
-
-    The default is the quarter rule (h' = h/4, g' = h'/ratio) where that gives whole KV groups
-    divisible by TP; otherwise the nearest geometry that does: g' the multiple of TP nearest to
-    h/4/ratio (at least one group), h' = g' * ratio."""
-    if cfg.heads_up is not None and cfg.groups_up is not None:
-        return cfg.heads_up, cfg.groups_up
-    if cfg.heads_up is not None:
-        h_up = cfg.heads_up
-        if h_up % ratio:
-            why = f"{h_up} heads are not whole KV groups of {ratio} heads (the base GQA ratio)"
-        elif (h_up // ratio) % tp:
-            why = (f"{h_up} heads make {h_up // ratio} KV group(s), not divisible by the tensor-parallel size {tp} "
-                   "(--tensor-model-parallel-size)")
-        else:
-            return h_up, h_up // ratio
-        raise _fail("heads_up", f"{why}; nearest valid: {_head_choices_text(h_up, ratio, tp)}")
-    if cfg.groups_up is not None:
-        g_up = cfg.groups_up
-        if g_up % tp:
-            raise _fail("groups_up", f"{g_up} is not divisible by the tensor-parallel size {tp} "
-                        "(--tensor-model-parallel-size); each rank holds an equal share of the new units; "
-                        f"nearest valid: {_head_choices_text(g_up * ratio, ratio, tp)}")
-        return g_up * ratio, g_up
-    h_up = h // 4
-    g_up = max(1, h_up // ratio)
-    if h_up > 0 and h_up == g_up * ratio and g_up % tp == 0:
-        return h_up, g_up  # the quarter rule works: unchanged
-    g_up = _nearest_multiples(h / 4 / ratio, tp)[0]
-    return g_up * ratio, g_up
-
-
-def size_notes(cfg: ScaleConfig, dims: ScaleDims, tp: int = 1) -> list[str]:
-    """One line per default size that is not the plain quarter of the base (what was picked, and
-    why), for callers to print beside the geometry; empty where the quarter rule held."""
-    notes = []
-    if cfg.hidden_up is None and dims.hidden_up != dims.hidden // 4:
-        notes.append(f"hidden_up (--scale-hidden-up) = {dims.hidden_up}: d/4 = {dims.hidden}/4 rounds to 0")
-    if cfg.heads_up is None and cfg.groups_up is None:
-        ratio = dims.heads // dims.groups
-        quarter = (dims.heads // 4, max(1, dims.heads // 4 // ratio))
-        if (dims.heads_up, dims.groups_up) != quarter:
-            notes.append(
-                f"heads_up, groups_up (--scale-heads-up, --scale-groups-up) = {dims.heads_up}, {dims.groups_up}: "
-                f"h/4 = {dims.heads}/4 = {dims.heads / 4:g} heads is not a whole number of KV groups of {ratio} "
-                f"heads (the base GQA ratio {dims.heads}/{dims.groups}) divisible by the tensor-parallel size {tp}; "
-                f"the nearest such geometry is {dims.groups_up} group(s) of {ratio}")
-    if cfg.ffn_up is None and dims.ffn_up != dims.ffn // 4:
-        notes.append(f"ffn_up (--scale-ffn-up) = {dims.ffn_up}: f/4 = {dims.ffn}/4 = {dims.ffn / 4:g} is not a "
-                     f"positive multiple of the tensor-parallel size {tp}; the nearest one")
-    return notes
-
-
-def _base_sizes(base: object) -> dict[str, int]:
-    """The base sizes a ScaleDims records, read from a TransformerConfig-like object."""
-    d = int(getattr(base, "hidden_size"))
-    h = int(getattr(base, "num_attention_heads"))
-    return {
-        "num_layers": int(getattr(base, "num_layers")), "hidden": d, "heads": h,
-        "groups": int(getattr(base, "num_query_groups", None) or h),
-        "head_dim": int(getattr(base, "kv_channels", None) or d // h),
-        "ffn": int(getattr(base, "ffn_hidden_size")),
-    }
-
-
-def _check_architecture(base: object) -> None:
-    if not getattr(base, "gated_linear_unit", True):
-        raise ScaleConfigError("base TransformerConfig.gated_linear_unit must be True (SwiGLU FFN)")
-    if getattr(base, "add_bias_linear", False) or getattr(base, "add_qkv_bias", False):
-        raise ScaleConfigError(
-            "base TransformerConfig.add_bias_linear/add_qkv_bias: SCALE layers are bias-free "
-            "(Llama family); set both to False"
-        )
-    if getattr(base, "normalization", "RMSNorm") != "RMSNorm":
-        raise ScaleConfigError("base TransformerConfig.normalization must be 'RMSNorm' (split RMSNorm)")
-
-
-def _check_tp(tp: int, ups: dict[str, int], base: dict[str, int]) -> None:
-    """Every rank holds an equal share of the base and of the new units (ups: the *_up sizes)."""
-    if tp < 1:
-        raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
-    for name, value in ups.items():
-        if name != "hidden_up" and value % tp:
-            raise _fail(
-                name,
-                f"{value} is not divisible by the tensor-parallel size {tp} "
-                "(--tensor-model-parallel-size); each rank holds an equal share of the new units",
-            )
-    for name, value in (("num_attention_heads", base["heads"]), ("num_query_groups", base["groups"]),
-                        ("ffn_hidden_size", base["ffn"])):
-        if value % tp:
-            raise ScaleConfigError(
-                f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
-            )
-
-
 def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
-    sizes = _base_sizes(base)
+    sizes = base_sizes(base)
     d, h, g, f, layers = sizes["hidden"], sizes["heads"], sizes["groups"], sizes["ffn"], sizes["num_layers"]
     if cfg.variant not in VARIANTS:
-        raise _fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
+        raise fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
     check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic",
                  cfg.router_direction, "--scale-router-direction", cfg.router_unit, "--scale-router-unit")
     if cfg.init not in INITS:
-        raise _fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
-    _check_architecture(base)
+        raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
+    check_architecture(base)
     if tp < 1:
         raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")
     for name in ("hidden_up", "heads_up", "groups_up", "ffn_up"):
         value = getattr(cfg, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-            raise _fail(name, f"must be a positive integer, got {value!r}")
+            raise fail(name, f"must be a positive integer, got {value!r}")
     ratio = h // g
     d_up = max(1, d // 4) if cfg.hidden_up is None else cfg.hidden_up
-    h_up, g_up = _heads_and_groups(cfg, h, ratio, tp)
+    h_up, g_up = heads_and_groups(cfg, h, ratio, tp)
     f_up = cfg.ffn_up
     if f_up is None:  # f/4 where it is a positive multiple of TP (unchanged), else the nearest one
-        f_up = f // 4 if f // 4 > 0 and (f // 4) % tp == 0 else _nearest_multiples(f / 4, tp)[0]
+        f_up = f // 4 if f // 4 > 0 and (f // 4) % tp == 0 else nearest_multiples(f / 4, tp)[0]
     if h_up % g_up or h_up // g_up != ratio:
-        raise _fail(
+        raise fail(
             "groups_up",
             f"heads_up/groups_up = {h_up}/{g_up} must equal the base GQA ratio "
-            f"heads/groups = {h}/{g} = {ratio}; nearest valid: {_head_choices_text(h_up, ratio, tp)}",
+            f"heads/groups = {h}/{g} = {ratio}; nearest valid: {head_choices_text(h_up, ratio, tp)}",
         )
     for name, value in (("heads_up", h_up), ("groups_up", g_up), ("ffn_up", f_up)):
         if value % tp:
-            nearest = (_head_choices_text(h_up if name == "heads_up" else g_up * ratio, ratio, tp)
-                       if name != "ffn_up" else " or ".join(f"--scale-ffn-up {v}" for v in _nearest_multiples(value, tp)))
-            raise _fail(
+            nearest = (head_choices_text(h_up if name == "heads_up" else g_up * ratio, ratio, tp)
+                       if name != "ffn_up" else " or ".join(f"--scale-ffn-up {v}" for v in nearest_multiples(value, tp)))
+            raise fail(
                 name,
                 f"{value} is not divisible by the tensor-parallel size {tp} "
                 "(--tensor-model-parallel-size); each rank holds an equal share of the new units; "
                 f"nearest valid: {nearest}",
             )
-    _check_tp(tp, {"hidden_up": d_up, "heads_up": h_up, "groups_up": g_up, "ffn_up": f_up}, sizes)
+    check_tp(tp, {"hidden_up": d_up, "heads_up": h_up, "groups_up": g_up, "ffn_up": f_up}, sizes)
     if not 0 <= cfg.init_std:
-        raise _fail("init_std", f"must be >= 0, got {cfg.init_std}")
+        raise fail("init_std", f"must be >= 0, got {cfg.init_std}")
     bad = [m for m in cfg.adapt_modules if m not in ADAPT_MODULES]
     if bad:
-        raise _fail("adapt_modules", f"unknown module(s) {bad}; choose from {', '.join(ADAPT_MODULES)}")
+        raise fail("adapt_modules", f"unknown module(s) {bad}; choose from {', '.join(ADAPT_MODULES)}")
     adapt_layers = range(layers // 2, layers) if cfg.adapt_layers is None else cfg.adapt_layers
     out_of_range = [i for i in adapt_layers if not 0 <= i < layers]
     if out_of_range:
-        raise _fail("adapt_layers", f"layers {out_of_range} are outside 0..{layers - 1}")
+        raise fail("adapt_layers", f"layers {out_of_range} are outside 0..{layers - 1}")
     collaborate = cfg.variant == "adapt" or (cfg.variant == "route" and cfg.route_adapt)
     dims = ScaleDims(
         **sizes,

@@ -5,7 +5,7 @@ y_up = [x; x_up] [W21 W22]^T, outputs interleaved chunk by chunk with torch.cat.
 linear_qkv-like (1 chunk) and SwiGLU fc1-like (2 chunks) layouts, with and without W12, assembled
 and as two outputs: the base rows are bitwise `torch.matmul(x, W.t())` (exact preservation), the
 rest and every gradient equal the reference to fp32 rounding, W gets no gradient, and float64
-gradcheck passes. Megatron-level equivalence at TP=1 and TP=2 is test_linear.py's (tests/model/_dense_reference.py).
+gradcheck passes. Megatron-level equivalence at TP=1 and TP=2 is test_linear.py's (tests/model/layers/_dense_reference.py).
 """
 
 from __future__ import annotations

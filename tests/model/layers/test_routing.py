@@ -98,7 +98,7 @@ def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
 
 
 def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.layers.heads import output_head
     from megatron_scale.model.weights.state import load_global_state_dict
 
@@ -112,11 +112,7 @@ def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
     args = (b["input_ids"], b["position_ids"], b["attention_mask"])
     head = model.output_layer
     with torch.no_grad():
-        with output_head(model, "preserve"):
-            z_p = model(*args)
-        with output_head(model, "adapt"):
-            z_a = model(*args)
-        cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
+        z_p, z_a, cos = _both_heads(model, args)
         if tau is None:  # split the tokens: midway between the two middle cosines of the TP=1 model
             c = cos.flatten().sort().values
             tau = float((c[len(c) // 2 - 1] + c[len(c) // 2]) / 2)
@@ -131,6 +127,17 @@ def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
             "recomputed_equal": bool(torch.equal(routed[clear], expected[clear]) and either.all()),
             "share_recomputed": float(keep.double().mean()), "state": state, "tau": tau,
             "units": _units_at(model, b, tau)}
+
+
+def _both_heads(model: Any, args: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z_p, z_a and their cosine per position (fp64: the reference the router is held to)."""
+    from megatron_scale.model.layers.heads import output_head
+
+    with output_head(model, "preserve"):
+        z_p = model(*args)
+    with output_head(model, "adapt"):
+        z_a = model(*args)
+    return z_p, z_a, torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
 
 
 def _unit_firsts(table: list[bytes], labels: list[int], unit: str) -> list[int]:
@@ -158,11 +165,7 @@ def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
     set_unit_codes(model, piece_codes(table, _tiny.VOCAB))
     out: dict[str, Any] = {}
     with torch.no_grad():
-        with output_head(model, "preserve"):
-            z_p = model(*args)
-        with output_head(model, "adapt"):
-            z_a = model(*args)
-        cos = torch.nn.functional.cosine_similarity(z_p.double(), z_a.double(), dim=-1)
+        z_p, z_a, cos = _both_heads(model, args)
         for unit in ("char", "word"):
             with router_settings(model, tau=tau, unit=unit):
                 routed = model(*args, route_labels=labels)
