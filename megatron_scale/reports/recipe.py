@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from megatron_scale.recipe.bench_report import section
-from megatron_scale.recipe.route_report import route_section
+from megatron_scale.reports.benchmarks import section
+from megatron_scale.reports.route_sweep import route_section
 
 LABELS = {
     "scale-preserve": "SCALE-Preserve", "scale-adapt": "SCALE-Adapt", "scale-route": "SCALE-Route",
@@ -209,11 +209,11 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     return the results (with the table under "table"). `old`: the old-domain sets (forgetting),
     the first one the main one. The base's numbers are `base_metrics`' last evaluation, or its
     evaluation at `base_iteration` (0: a run's before-training evaluation). `route_sweep` (a
-    sweep.json of tools/route_sweep.py) adds the SCALE-Route section (route_report.py) to
+    sweep.json of tools/route_sweep.py) adds the SCALE-Route section (reports/route_sweep.py) to
     report.md, and its numbers and markdown to results.json["route_sweep"]. `text_bytes`
     (tools/text_bytes.py's JSON) adds bits per byte beside every perplexity and to the curves;
     `benchmarks` ({"base": JSON, method: JSON} of tools/eval_benchmarks.py) the accuracy section
-    (bench_report.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
+    (reports/benchmarks.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
     not finish, each with why (results.json["failed"] and a section of report.md)."""
     old = tuple(old)
     out = Path(out_dir)

@@ -9,7 +9,7 @@ documents' own difficulty from the comparison, so it resolves smaller changes th
 accuracies' standard errors suggest; the models must have scored the same documents (the same
 --limit and --seed), or this is an error.
 
-Standard library only; kept apart from report.py's perplexity table so either can change alone.
+Standard library only; kept apart from reports/recipe.py's perplexity table so either can change alone.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ old-vs-new token classifier in that direction, the calibrated tau and what that 
 evaluated held-out windows; a sweep.json written before directions existed reads as "above"), z_p alone and z_a alone as the two ends, and the
 sweep's plot copied next to report.md.
 
-Standard library only; kept apart from report.py's method table so either can change alone.
+Standard library only; kept apart from reports/recipe.py's method table so either can change alone.
 """
 
 from __future__ import annotations
