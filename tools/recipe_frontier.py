@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from megatron_scale.data.files import atomic_write  # noqa: E402
+from megatron_scale.artifacts import atomic_write  # noqa: E402
 from megatron_scale.reports.frontier_report import write  # noqa: E402
 from megatron_scale.reports.recipe_frontier import LEVELS, Spec, axes, final_table, runs_of  # noqa: E402
 

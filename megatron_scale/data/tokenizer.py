@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write
 
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
 EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # document ends, in order of preference

@@ -7,7 +7,7 @@ import math
 import os
 from typing import Any
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.route_eval.report import plot as route_plot
 
 
@@ -131,10 +131,8 @@ def plot(results: dict[str, Any], path: str) -> None:
     fig.suptitle(f"synthetic biographies: {s['pretrain_people']} pre-trained, {s['task0_people']} task 0, "
                  f"{s['task1_people']} task 1 people (seed {s['seed']})", fontsize=10)
     fig.tight_layout()
-    tmp = f"{path}.partial-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write_all(results: dict[str, Any], out_dir: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.reports.frontier import Run, pareto, summarise, table
 
 
@@ -95,10 +95,8 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes) -> None:
     left.set_ylabel(axes.old_label)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    tmp = f"{path}.partial-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float], axes: Axes,

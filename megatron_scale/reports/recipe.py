@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.reports.benchmarks import section
 from megatron_scale.reports.route_sweep import route_section
 
@@ -191,14 +192,8 @@ def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
                 ax.set_ylabel("bits per UTF-8 byte")
         row_axes[-1].legend(fontsize=7)
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-
-
-def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
-    tmp = path.with_name(path.name + ".partial")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
@@ -244,7 +239,7 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     if failed:
         results["failed"] = dict(failed)
         text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
-    _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
-    _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
+    atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write(out / "report.md", text)
     plot(base, runs, out / "perplexity.png", (*old, new), sizes)
     return results

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
+
+from megatron_scale.artifacts import atomic_write
 
 PLOT = "route_sweep.png"
 
@@ -116,8 +117,6 @@ def route_section(path: str | os.PathLike, out_dir: Path, old: str, new: str) ->
     png = Path(path).with_name("sweep.png")
     plot = None
     if png.is_file():
-        tmp = out_dir / (PLOT + ".partial")
-        shutil.copyfile(png, tmp)
-        os.replace(tmp, out_dir / PLOT)
+        atomic_write(out_dir / PLOT, png.read_bytes())
         plot = PLOT
     return {**s, "plot": plot, "section": markdown(s, old, new, plot)}
