@@ -57,7 +57,7 @@ def test_the_file_then_its_folder_are_fsynced(tmp_path: Path, monkeypatch: pytes
 
 
 def test_the_floor_imports_without_site_packages() -> None:
-    code = "import megatron_scale.artifacts, megatron_scale.flags"
+    code = "import megatron_scale.artifacts, megatron_scale.method_catalog, megatron_scale.flags"
     r = subprocess.run([sys.executable, "-S", "-c", code], cwd=Path(__file__).resolve().parents[1],
                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
     assert r.returncode == 0, r.stderr

@@ -11,8 +11,8 @@
 - the test machinery (megatron_scale.testing) is reached from production code only through the
   one hook, megatron_scale/hooks.py, and lazily; nothing in the package or tools imports tests/;
 - the recipe (recipe/) and the reports' tables import the standard library, each other and the
-  package's standard-library floor (flags, artifacts) only: the launcher runs without
-  site-packages (`python -S`)."""
+  package's standard-library floor (flags, artifacts, method_catalog) only: the launcher runs
+  without site-packages (`python -S`)."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def test_evaluation_does_not_import_training() -> None:
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
-STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.artifacts")
+STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.artifacts", "megatron_scale.method_catalog")
 """The package's standard-library floor: modules that import nothing outside the standard library,
 so that the recipe's launcher (run without site-packages) and the reports may use them."""
 

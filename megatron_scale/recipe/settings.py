@@ -19,7 +19,8 @@ evaluates the same three sets, tokenised by tools/prepare_demo_data.py.
 Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...) replaces LR,
 and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only (TRAIN_FLAGS_LORA="--lora-rank 16").
 
-Standard library only: the launcher runs this outside the container image, on the batch host.
+Standard library only (and the package's standard-library floor: method_catalog.py): the launcher
+runs this outside the container image, on the batch host.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from megatron_scale import method_catalog as catalog
 
 
 class SettingsError(ValueError):
@@ -161,6 +164,13 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.methods:
             raise SettingsError("METHODS is empty")
+        for m in self.methods:
+            try:
+                catalog.method(m)
+            except ValueError as e:
+                raise SettingsError(f"METHODS: {e}") from None
+        if len(set(self.methods)) < len(self.methods):
+            raise SettingsError(f"METHODS={' '.join(self.methods)!r} names a method twice")
         if self.demo_model and not self.hf_model:
             raise SettingsError("DEMO_MODEL=1 needs HF_MODEL, the folder to prepare it in")
         if self.demo_corpora and self.from_scratch:

@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any
 
+from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.route_eval.report import plot as route_plot
 
@@ -117,7 +118,7 @@ def plot(results: dict[str, Any], path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for method, r in results["methods"].items():
-        style = "-" if method.startswith("scale-") else "--"
+        style = "-" if catalog.method(r.get("method", method)).upscaled else "--"
         for ax, key in zip(axes, ("task0", "task1"), strict=True):
             ax.plot(r["steps"], [100 * v for v in r["accuracy"][key]], style, marker=".", label=method)
     axes[0].set_title("task 0 retention (first-token accuracy, %)")

@@ -32,14 +32,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.reports.benchmarks import section
 from megatron_scale.reports.route_sweep import route_section
-
-LABELS = {
-    "scale-preserve": "SCALE-Preserve", "scale-adapt": "SCALE-Adapt", "scale-route": "SCALE-Route",
-    "full": "full fine-tuning", "freeze": "Freeze", "llama-pro": "LLaMA-Pro", "lora": "LoRA",
-}
 
 
 @dataclass(kw_only=True)
@@ -123,13 +119,14 @@ def row(method: str, metrics: str | os.PathLike, iteration: int | None = None,
 
 def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> dict[str, bool]:
     """The claims the recipe shows: new-language perplexity falls for every method, and
-    SCALE-Preserve forgets less of each old-domain set than full fine-tuning (when both ran)."""
+    SCALE-Preserve (method_catalog.PRESERVING) forgets less of each old-domain set than full
+    fine-tuning (REFERENCE), when both ran."""
     out = {f"{new} perplexity falls for {r.method}": r.ppl[new] < base.ppl[new] for r in rows}
     by = {r.method: r for r in rows}
-    if "scale-preserve" in by and "full" in by:
+    keeps, ref = catalog.PRESERVING, catalog.REFERENCE
+    if keeps in by and ref in by:
         for o in old:
-            out[f"scale-preserve forgets less {o} than full"] = (
-                by["scale-preserve"].ppl[o] - base.ppl[o] < by["full"].ppl[o] - base.ppl[o])
+            out[f"{keeps} forgets less {o} than {ref}"] = by[keeps].ppl[o] - base.ppl[o] < by[ref].ppl[o] - base.ppl[o]
     return out
 
 
@@ -152,7 +149,7 @@ def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "
     for r in (base, *rows):
         route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(new, math.nan):.3f}"
                  if r.preserve_fraction and r is not base else "")
-        label = f"base (iteration {base.iteration})" if r is base else LABELS.get(r.method, r.method)
+        label = f"base (iteration {base.iteration})" if r is base else catalog.label(r.method)
         values = [c for o in old for c in cells(r, o, "forgetting")] + cells(r, new, "learning")
         lines.append(f"| {label} | {' | '.join(values)} | {route} |")
     return "\n".join(lines) + "\n"
@@ -179,7 +176,7 @@ def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
             for method, metrics in runs.items():
                 points = curve(metrics, name, by)
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                        label=LABELS.get(method, method))
+                        label=catalog.label(method))
             ref = base.ppl[name] if kind == "ppl" else base.bpb[name]
             ax.axhline(ref, color="black", linestyle="--", linewidth=1,
                        label=f"base {ref:.1f}" if kind == "ppl" else f"base {ref:.3f}")
@@ -222,14 +219,14 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
         if missing:
             raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} "
                              f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, new))})")
-    bench = section(benchmarks, LABELS) if benchmarks else None
+    bench = section(benchmarks) if benchmarks else None
     out.mkdir(parents=True, exist_ok=True)
     text = table(base, rows, old, new)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
     if route_sweep is not None:
         results["route_sweep"] = route_section(route_sweep, out, old[0], new)
-        if "scale-route" in runs:
+        if catalog.router(list(runs)):
             text += ("\nSCALE-Route's row is its training-time evaluation, with the router it was upscaled with; "
                      "the router calibrated after training is in the SCALE-Route section below.\n")
         text += results["route_sweep"]["section"]

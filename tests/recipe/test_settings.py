@@ -60,6 +60,11 @@ def test_unusable_settings_name_the_variable(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="BASE_ITERS=10 must exceed"):
         settings(tmp_path, BASE_ITERS="10")
     assert settings(tmp_path, BASE_ITERS="10", HF_MODEL="/m").base_iters == 10  # no tiny base to pre-train
+    # METHODS are the catalog's (megatron_scale/method_catalog.py), each once, checked before anything runs
+    with pytest.raises(SettingsError, match="METHODS: unknown method 'scale_preserve': choose from scale-preserve"):
+        settings(tmp_path, METHODS="scale_preserve full")
+    with pytest.raises(SettingsError, match="METHODS='full lora full' names a method twice"):
+        settings(tmp_path, METHODS="full lora full")
 
 
 
