@@ -253,7 +253,7 @@ def test_the_recipe_launcher_and_report_read_files_with_the_standard_library() -
     matplotlib)."""
     allowed = set(sys.stdlib_module_names) | {"megatron_scale"}
     recipe = sorted(f"recipe/{p.stem}" for p in (PKG / "recipe").glob("*.py"))
-    assert "recipe/steps" in recipe
+    assert "recipe/steps" in recipe and "recipe/launch" in recipe
     got = {}
     for name, extra in ((*((r, ()) for r in recipe), ("reports/benchmarks", ()), ("reports/route_sweep", ()),
                          ("reports/recipe", ("matplotlib",)))):
@@ -278,11 +278,11 @@ def test_every_transformer_config_comes_from_the_architecture_record() -> None:
 
 
 def test_the_recipe_launcher_side_needs_only_the_standard_library() -> None:
-    """examples/scale_korean.sh asks `python3 -m megatron_scale.recipe` (settings, steps, locks, the
-    ARRAY=1 submission) on the batch host, outside the container image: without site-packages
-    (`python -S`), the launcher's side and the floor it stands on must import."""
-    code = ("import megatron_scale.recipe.__main__, megatron_scale.recipe.lock, megatron_scale.recipe.array, "
-            + ", ".join(STDLIB_FLOOR))
+    """examples/scale_korean.sh runs `python3 -m megatron_scale.recipe run` (settings, steps, locks,
+    the launches, the ARRAY=1 submission) on the batch host, outside the container image: without
+    site-packages (`python -S`), the launcher's side and the floor it stands on must import."""
+    code = ("import megatron_scale.recipe.__main__, megatron_scale.recipe.launch, megatron_scale.recipe.lock, "
+            "megatron_scale.recipe.array, " + ", ".join(STDLIB_FLOOR))
     r = subprocess.run([sys.executable, "-S", "-c", code], cwd=PKG.parent, capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin"}, check=False)
     assert r.returncode == 0, r.stderr

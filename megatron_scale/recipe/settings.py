@@ -2,9 +2,10 @@
 
 Each field is the environment variable of its name in upper case (`train_iters` is TRAIN_ITERS).
 examples/scale_korean.sh sources the config file (examples/configs/*.env, lines
-`: "${VAR:=value}"`) with `set -a`, so a config's values arrive here through the environment and a
-variable the user set wins over the config; what neither sets takes the defaults below, the tiny
-CPU demo. As in bash's `${VAR:=default}`, an empty variable counts as unset.
+`: "${VAR:=value}"`) with `set -a` and execs `python -m megatron_scale.recipe run`, so a config's
+values arrive here through the environment and a variable the user set wins over the config;
+what neither sets takes the defaults below, the tiny CPU demo. As in bash's `${VAR:=default}`,
+an empty variable counts as unset.
 
 Which base the recipe starts from is one setting, HF_MODEL: a Hugging Face Llama folder to
 convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FLAGS, BASE_ITERS,
@@ -42,8 +43,8 @@ class SettingsError(ValueError):
 
 @dataclass(kw_only=True, frozen=True)
 class Settings:
-    """Everything the recipe decides with (the launcher's own: NPROC, CONTAINER_*, PYTHON,
-    MASTER_PORT stay in the shell)."""
+    """Everything the recipe decides with (the launcher's own, NPROC, CONTAINER_*, PYTHON and
+    MASTER_PORT, are launch.py's Launch)."""
 
     workdir: Path
     """WORKDIR: everything the job writes (default <repo>/runs/scale_korean)."""

@@ -4,12 +4,10 @@ half-done work dir skips (the requeue/resume behaviour of examples/scale_korean.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.__main__ import main
 from megatron_scale.recipe.settings import SettingsError
 from megatron_scale.recipe.steps import Command, actions
 from tests.recipe._env import REPO, flag, resolved, settings, train_args
@@ -132,27 +130,6 @@ def test_missing_dataset_without_raw_input_is_an_error(tmp_path: Path) -> None:
 
 
 
-def test_next_speaks_the_launchers_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
-    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT", "SAMPLES"))]:
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("WORKDIR", str(tmp_path))
-    monkeypatch.setenv("METHODS", "full")
-    assert main(["next", "1"]) == 0
-    out, err = capsys.readouterr()
-    assert out.splitlines() == ["single", "tools/prepare_demo_data.py", "--output-dir", str(tmp_path / "data")]
-    assert "step 1: data" in err
-    (tmp_path / "hf" / "full").mkdir(parents=True)
-    assert main(["next", "6"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "skip\n" and "exported:" in err
-    assert main(["next", "7"]) == 0 and capsys.readouterr().out.startswith("single\ntools/generate_samples.py\n")
-    assert main(["next", "8"]) == 0 and capsys.readouterr().out == "end\n"
-    monkeypatch.setenv("TP", "x")
-    assert main(["next", "1"]) == 2 and "TP='x' is not an integer" in capsys.readouterr().err
-
-
-
 def _sweep_parser():  # type: ignore[no-untyped-def]
     import sys
 
@@ -229,39 +206,6 @@ def test_no_route_sweep_without_scale_route_or_when_off(tmp_path: Path) -> None:
         settings(tmp_path, ROUTE_MIN_NEW_ADAPT="half")
     with pytest.raises(SettingsError, match="ROUTE_SWEEP_SAMPLES=0 must be at least 1"):
         settings(tmp_path, ROUTE_SWEEP_SAMPLES="0")
-
-
-
-def test_done_asks_again_after_a_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The launcher's check after a training step: a run that stopped on a signal (saved, exit 0)
-    is still `todo`, and says where it resumes; a finished one is `done`."""
-    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT", "SAMPLES"))]:
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("WORKDIR", str(tmp_path))
-    monkeypatch.setenv("METHODS", "full")
-    run = tmp_path / "runs" / "full"
-    (tmp_path / "runs" / "base").mkdir(parents=True)
-    (tmp_path / "runs" / "base" / "latest_checkpointed_iteration.txt").write_text("300")
-    assert main(["done", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "todo\n" and err == "not finished\n"  # nothing saved yet
-    run.mkdir(parents=True)
-    (run / "latest_checkpointed_iteration.txt").write_text("40\n")
-    assert main(["done", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "todo\n" and err == f"not finished: resuming from iteration 40 of 100 saved in {run}\n"
-    assert main(["next", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith("train\n") and err.endswith(f"resuming from iteration 40 of 100 saved in {run}\n")
-    assert flag(out.splitlines(), "--load") == str(run)
-    (run / "latest_checkpointed_iteration.txt").write_text("100\n")
-    assert main(["done", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "done\n" and err == f"trained: {run / 'iter_0000100'}\n"
-    assert main(["done", "2"]) == 0 and capsys.readouterr().out == "done\n"  # the base: 300 of 300
-    assert main(["done", "9"]) == 2 and "done 9: there are actions 1 to" in capsys.readouterr().err
-    assert main(["done"]) == 2 and "usage:" in capsys.readouterr().err
 
 
 
