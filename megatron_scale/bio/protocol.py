@@ -28,7 +28,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
 from megatron_scale.methods.scale import ScaleSettings

@@ -16,7 +16,6 @@ saves iteration N again.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.checkpoint.io import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.checkpoint.layout import FULLY_RESHARDABLE, MODEL_SPACE, SavedLayout
 from megatron_scale.checkpoint.records import CheckpointRecords, RecordedMethod, read_records
@@ -235,9 +235,7 @@ def save_run(
                            layout=layout, train_state=train_state)
     if dist.get_rank() == 0:
         hooks.point("save-before-marker", checkpoint=path.name)
-        tmp = Path(save) / (MARKER + ".tmp")
-        tmp.write_text(f"{iteration}\n")
-        os.replace(tmp, Path(save) / MARKER)
+        atomic_write(Path(save) / MARKER, f"{iteration}\n")
     dist.barrier()
     return path
 

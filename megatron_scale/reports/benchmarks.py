@@ -9,7 +9,7 @@ documents' own difficulty from the comparison, so it resolves smaller changes th
 accuracies' standard errors suggest; the models must have scored the same documents (the same
 --limit and --seed), or this is an error.
 
-Standard library only; kept apart from report.py's perplexity table so either can change alone.
+Standard library only; kept apart from reports/recipe.py's perplexity table so either can change alone.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from megatron_scale import method_catalog as catalog
 
 
 def load_scores(path: str | os.PathLike) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def paired_change(before: dict[str, Any], after: dict[str, Any], key: str, where
     return mean_stderr([a[d] - b[d] for d in sorted(b)])
 
 
-def section(models: dict[str, str], labels: dict[str, str], base: str = "base") -> dict[str, Any]:
+def section(models: dict[str, str], base: str = "base") -> dict[str, Any]:
     """{"numbers": per model and task, "section": markdown}; `models` maps a model's name to its
     JSON, `base` first among them."""
     if base not in models:
@@ -89,7 +91,7 @@ def section(models: dict[str, str], labels: dict[str, str], base: str = "base") 
             else:
                 cells.append("")
             numbers[name][task] = entry
-        label = labels.get(name, name) if name != base else "base"
+        label = catalog.label(name) if name != base else "base"
         rows.append(f"| {label} | {' | '.join(cells)} |")
     head = [c for t in tasks for c in (f"{t} {metric(scores[base]['results'][t])} (%)", f"{t} change (points)")]
     ref = scores[base]["results"][tasks[0]]

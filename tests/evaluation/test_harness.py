@@ -107,7 +107,7 @@ def test_local_task_accuracy_equals_scoring_by_hand(tmp_path: Path) -> None:
 def test_paper_tasks_are_known_and_unknown_tasks_are_refused(tmp_path: Path) -> None:
     from lm_eval.tasks import TaskManager
 
-    from megatron_scale.recipe.harness import PAPER_TASKS, evaluate
+    from megatron_scale.evaluation.harness import PAPER_TASKS, evaluate
 
     known = set(TaskManager().all_tasks)
     assert set(PAPER_TASKS) <= known, sorted(set(PAPER_TASKS) - known)

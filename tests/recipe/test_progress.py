@@ -4,13 +4,13 @@ protocol around it (`next` times what it launched, says what it skips and why)."
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.__main__ import main
+from megatron_scale.recipe.command import Launch
+from megatron_scale.recipe.launch import Launcher
 from megatron_scale.recipe.progress import Timed, Timings, duration, estimate, kind_of, where
 from megatron_scale.recipe.settings import Settings, SettingsError
 
@@ -70,22 +70,21 @@ def test_step_seconds_setting(tmp_path: Path) -> None:
             Settings.from_env({"WORKDIR": str(tmp_path), "STEP_SECONDS": bad})
 
 
-def test_next_says_where_it_is_and_what_it_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The tiny recipe with one method: step 1 (data) launched and timed when `next 2` finds it
-    done; step 2 (the base) then costed by STEP_SECONDS per iteration; a step done before is
-    skipped, saying so; the end says how long the job took."""
-    for var in [v for v in os.environ if v.startswith(("LR", "TRAIN_", "METHODS", "HF_MODEL", "EXPORT", "SAMPLES",
-                                                       "STEP_", "SCALE_JOB"))]:
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("WORKDIR", str(tmp_path))
-    monkeypatch.setenv("METHODS", "full")
-    monkeypatch.setenv("EXPORT", "0")
-    monkeypatch.setenv("STEP_SECONDS", "base=0.5 train=2")
-    monkeypatch.setenv("SCALE_JOB_START", str(time.time() - 125))
-    assert main(["next", "1"]) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith("single\ntools/prepare_demo_data.py")
+def test_the_launcher_says_where_it_is_and_what_it_skips(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The tiny recipe with one method: step 1 (data) launched and timed when action 2 begins and
+    finds it done; step 2 (the base) then costed by STEP_SECONDS per iteration; a step done before
+    is skipped, saying so; the end says how long the job took."""
+    env = {"WORKDIR": str(tmp_path), "METHODS": "full", "EXPORT": "0", "STEP_SECONDS": "base=0.5 train=2",
+           "SCALE_JOB_START": str(time.time() - 125)}
+
+    def launcher() -> Launcher:
+        return Launcher(Settings.from_env(env), Launch.from_env(env), env)
+
+    job = launcher()
+    got = job.begin(1)
+    err = capsys.readouterr().err
+    assert got is not None and got.args[0] == "tools/prepare_demo_data.py"
     # the data (1 step of a kind not timed) and the report; 300 base iterations at 0.5 s, 100 of full at 2 s
     assert "step 1 of 4 · 2 min 05 s so far · at least 5 min 50 s left (3 steps of a kind not timed yet)" in err
     assert (tmp_path / "timings" / "data.start").is_file()
@@ -93,23 +92,22 @@ def test_next_says_where_it_is_and_what_it_skips(tmp_path: Path, monkeypatch: py
     data.mkdir(parents=True, exist_ok=True)
     for name in ("ko_valid", "en_valid", "en_modern_valid"):
         (data / f"{name}_text_document.idx").write_text("")
-    assert main(["next", "2"]) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith("train\n") and "step 2 of 4 · " in err
+    got = job.begin(2)
+    assert got is not None and got.kind == "train" and "step 2 of 4 · " in capsys.readouterr().err
     assert Timings(tmp_path).read()["data"].work == 1 and not (tmp_path / "timings" / "data.start").exists()
     assert (tmp_path / "timings" / "base.start").is_file()
     base = tmp_path / "runs" / "base"
     base.mkdir(parents=True)
     (base / "latest_checkpointed_iteration.txt").write_text("300\n")
-    assert main(["exit", "2", "0"]) == 0  # the job ends after the base: its 300 iterations are timed
+    job.finish(2, 0)  # the job ends after the base: its 300 iterations are timed
     assert Timings(tmp_path).read()["base"].work == 300
     # a second run: steps 1 and 2 skipped, saying why
-    assert main(["next", "1"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "skip\n" and f"skipped, done before: demo corpora ready in {data}" in err
-    assert main(["next", "2"]) == 0
-    out, err = capsys.readouterr()
-    assert out == "skip\n" and f"skipped, done before: base trained: {base / 'iter_0000300'}" in err
-    assert main(["next", "6"]) == 0  # 5 actions: data, base, full, the held-out bytes and the report
-    out, err = capsys.readouterr()
-    assert out == "end\n" and "done in 2 min 0" in err and "models" not in err  # EXPORT=0: no models line
+    job = launcher()
+    assert job.begin(1) is None
+    assert f"skipped, done before: demo corpora ready in {data}" in capsys.readouterr().err
+    assert job.begin(2) is None
+    assert f"skipped, done before: base trained: {base / 'iter_0000300'}" in capsys.readouterr().err
+    assert len(job.todo) == 5  # data, base, full, the held-out bytes and the report
+    job.end()
+    err = capsys.readouterr().err
+    assert "done in 2 min 0" in err and "models" not in err  # EXPORT=0: no models line

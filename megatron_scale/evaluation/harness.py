@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megatron_scale.artifacts import atomic_write
+
 PAPER_TASKS = ("arc_easy", "arc_challenge", "hellaswag", "mmlu", "truthfulqa_mc2", "winogrande", "kobest")
 
 
@@ -51,8 +53,4 @@ def evaluate(model: str | os.PathLike, tasks: list[str], *, include_path: str | 
 
 def write(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Write the results JSON atomically."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".partial")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, p)
+    atomic_write(path, json.dumps(record, indent=2) + "\n")

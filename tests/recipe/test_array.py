@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.__main__ import main
+from megatron_scale.recipe.command import Launch
+from megatron_scale.recipe.launch import Launcher
 from megatron_scale.recipe.array import part_of, submit, why_missing
 from megatron_scale.recipe.lock import Locks, alive, holder_of
 from megatron_scale.recipe.settings import Settings, SettingsError
@@ -181,30 +182,34 @@ def test_submit_chains_prepare_methods_and_report(tmp_path: Path) -> None:
         submit(s, "x.sh", "cfg.env", ["-a"], run=sbatch)
 
 
-def test_next_waits_while_another_job_holds_the_action(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """`next K` answers `wait` while another job holds action K's lock (the header once), decides
-    under the lock once it is free, and `exit` releases this job's locks and records its part."""
-    for k, v in {"WORKDIR": str(tmp_path), "METHODS": METHODS, "ROUTE_SWEEP": "0", "LOCK_POLL": "7",
-                 "SCALE_PART": "methods", "SLURM_ARRAY_TASK_ID": "1", "SLURM_JOB_ID": "21"}.items():
-        monkeypatch.setenv(k, v)
+def test_the_launcher_waits_while_another_job_holds_the_action(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An action another job holds the lock of is waited for (LOCK_POLL seconds at a time, the
+    header and the wait said once), decided under the lock once it is free, and as the launcher
+    ends it releases this job's locks and records its part."""
+    env = {"WORKDIR": str(tmp_path), "METHODS": METHODS, "ROUTE_SWEEP": "0", "LOCK_POLL": "7",
+           "SCALE_PART": "methods", "SLURM_ARRAY_TASK_ID": "1", "SLURM_JOB_ID": "21"}
     monkeypatch.setattr("megatron_scale.recipe.lock.slurm_job_running", lambda job: job == "20")
     other = Locks(tmp_path / "locks", "slurm:20")
     assert other.acquire("train-full") is None
-    assert main(["next", "1"]) == 0
-    out, err = capsys.readouterr()
-    assert out.split() == ["wait", "7"]
-    assert "step 5: continue on Korean with --method full" in err and "waiting: slurm:20 is doing this" in err
-    assert main(["next", "1", "again"]) == 0
-    out, err = capsys.readouterr()
-    assert out.split() == ["wait", "7"] and err == ""
-    other.release("train-full")
-    assert main(["next", "1", "again"]) == 0
-    out, _ = capsys.readouterr()
-    assert out.split()[0] == "train" and "--method" in out.split()
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if sum(naps) >= 14:  # after two looks, the other job is done with it
+            other.release("train-full")
+
+    s = Settings.from_env(env)
+    job = Launcher(s, Launch.from_env(env), env, part_of(s, env), sleep=sleep)
+    got = job.begin(1)
+    err = capsys.readouterr().err
+    assert err.count("step 5: continue on Korean with --method full") == 1
+    assert err.count("waiting: slurm:20 is doing this") == 1 and "looking again every 7 s" in err
+    assert sum(naps) == 14 and max(naps) <= 0.5  # in short naps: a signal is answered within half a second
+    assert got is not None and got.kind == "train" and "--method" in got.args
     assert json.loads((tmp_path / "locks" / "train-full.lock").read_text())["holder"] == "slurm:21"
     monkeypatch.setattr("megatron_scale.recipe.array._stdout_of", lambda job: "")
-    assert main(["exit", "1", "3"]) == 0
+    job.finish(1, 3)
     assert not (tmp_path / "locks" / "train-full.lock").exists()
     record = json.loads((tmp_path / "slurm" / "full.json").read_text())
     assert (record["state"], record["exit_status"], record["step"]) == (

@@ -32,13 +32,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from megatron_scale.recipe.bench_report import section
-from megatron_scale.recipe.route_report import route_section
-
-LABELS = {
-    "scale-preserve": "SCALE-Preserve", "scale-adapt": "SCALE-Adapt", "scale-route": "SCALE-Route",
-    "full": "full fine-tuning", "freeze": "Freeze", "llama-pro": "LLaMA-Pro", "lora": "LoRA",
-}
+from megatron_scale import method_catalog as catalog
+from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.reports.benchmarks import section
+from megatron_scale.reports.route_sweep import route_section
 
 
 @dataclass(kw_only=True)
@@ -122,13 +119,14 @@ def row(method: str, metrics: str | os.PathLike, iteration: int | None = None,
 
 def checks(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str = "ko") -> dict[str, bool]:
     """The claims the recipe shows: new-language perplexity falls for every method, and
-    SCALE-Preserve forgets less of each old-domain set than full fine-tuning (when both ran)."""
+    SCALE-Preserve (method_catalog.PRESERVING) forgets less of each old-domain set than full
+    fine-tuning (REFERENCE), when both ran."""
     out = {f"{new} perplexity falls for {r.method}": r.ppl[new] < base.ppl[new] for r in rows}
     by = {r.method: r for r in rows}
-    if "scale-preserve" in by and "full" in by:
+    keeps, ref = catalog.PRESERVING, catalog.REFERENCE
+    if keeps in by and ref in by:
         for o in old:
-            out[f"scale-preserve forgets less {o} than full"] = (
-                by["scale-preserve"].ppl[o] - base.ppl[o] < by["full"].ppl[o] - base.ppl[o])
+            out[f"{keeps} forgets less {o} than {ref}"] = by[keeps].ppl[o] - base.ppl[o] < by[ref].ppl[o] - base.ppl[o]
     return out
 
 
@@ -151,7 +149,7 @@ def table(base: Row, rows: list[Row], old: Sequence[str] = ("en",), new: str | S
     for r in (base, *rows):
         route = (f"{r.preserve_fraction.get(old[0], math.nan):.3f} / {r.preserve_fraction.get(news[0], math.nan):.3f}"
                  if r.preserve_fraction and r is not base else "")
-        label = f"base (iteration {base.iteration})" if r is base else LABELS.get(r.method, r.method)
+        label = f"base (iteration {base.iteration})" if r is base else catalog.label(r.method)
         values = [c for o in old for c in cells(r, o, "forgetting")] + [c for n in news for c in cells(r, n, "learning")]
         lines.append(f"| {label} | {' | '.join(values)} | {route} |")
     return "\n".join(lines) + "\n"
@@ -184,7 +182,7 @@ def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
             for method, metrics in runs.items():
                 points = curve(metrics, name, by)
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                        label=LABELS.get(method, method))
+                        label=catalog.label(method))
             ref = base.ppl[name] if kind == "ppl" else base.bpb[name]
             ax.axhline(ref, color="black", linestyle="--", linewidth=1,
                        label=f"base {ref:.1f}" if kind == "ppl" else f"base {ref:.3f}")
@@ -197,14 +195,8 @@ def plot(base: Row, runs: dict[str, str], path: Path, sets: Sequence[str],
                 ax.set_ylabel("bits per UTF-8 byte")
         row_axes[-1].legend(fontsize=7)
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-
-
-def _atomic(path: Path, write) -> None:  # type: ignore[no-untyped-def]
-    tmp = path.with_name(path.name + ".partial")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.PathLike,
@@ -216,11 +208,11 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     the first one the main one; `new`: the new-domain set (learning), or several, the first the
     main one (the checks and the SCALE-Route section use it). The base's numbers are `base_metrics`' last evaluation, or its
     evaluation at `base_iteration` (0: a run's before-training evaluation). `route_sweep` (a
-    sweep.json of tools/route_sweep.py) adds the SCALE-Route section (route_report.py) to
+    sweep.json of tools/route_sweep.py) adds the SCALE-Route section (reports/route_sweep.py) to
     report.md, and its numbers and markdown to results.json["route_sweep"]. `text_bytes`
     (tools/text_bytes.py's JSON) adds bits per byte beside every perplexity and to the curves;
     `benchmarks` ({"base": JSON, method: JSON} of tools/eval_benchmarks.py) the accuracy section
-    (bench_report.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
+    (reports/benchmarks.py), its numbers under results.json["benchmarks"]. `failed`: methods that did
     not finish, each with why (results.json["failed"] and a section of report.md)."""
     old, news = tuple(old), _sets(new)
     new = news[0]
@@ -235,14 +227,14 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
         if missing:
             raise ValueError(f"run {r.method}: no evaluation set(s) {sorted(missing)} "
                              f"(--eval-data-path {' '.join(f'{n}=...' for n in (*old, *news))})")
-    bench = section(benchmarks, LABELS) if benchmarks else None
+    bench = section(benchmarks) if benchmarks else None
     out.mkdir(parents=True, exist_ok=True)
     text = table(base, rows, old, news)
     results = {"base": asdict(base), "runs": [asdict(r) for r in rows], "checks": checks(base, rows, old, new),
                "table": text}
     if route_sweep is not None:
         results["route_sweep"] = route_section(route_sweep, out, old[0], new)
-        if "scale-route" in runs:
+        if catalog.router(list(runs)):
             text += ("\nSCALE-Route's row is its training-time evaluation, with the router it was upscaled with; "
                      "the router calibrated after training is in the SCALE-Route section below.\n")
         text += results["route_sweep"]["section"]
@@ -252,7 +244,7 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     if failed:
         results["failed"] = dict(failed)
         text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
-    _atomic(out / "results.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
-    _atomic(out / "report.md", lambda tmp: tmp.write_text(text))
+    atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write(out / "report.md", text)
     plot(base, runs, out / "perplexity.png", (*old, *news), sizes, news)
     return results

@@ -4,7 +4,7 @@ old-vs-new token classifier in that direction, the calibrated tau and what that 
 evaluated held-out windows; a sweep.json written before directions existed reads as "above"), z_p alone and z_a alone as the two ends, and the
 sweep's plot copied next to report.md.
 
-Standard library only; kept apart from report.py's method table so either can change alone.
+Standard library only; kept apart from reports/recipe.py's method table so either can change alone.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
+
+from megatron_scale.artifacts import atomic_write
 
 PLOT = "route_sweep.png"
 
@@ -116,8 +117,6 @@ def route_section(path: str | os.PathLike, out_dir: Path, old: str, new: str) ->
     png = Path(path).with_name("sweep.png")
     plot = None
     if png.is_file():
-        tmp = out_dir / (PLOT + ".partial")
-        shutil.copyfile(png, tmp)
-        os.replace(tmp, out_dir / PLOT)
+        atomic_write(out_dir / PLOT, png.read_bytes())
         plot = PLOT
     return {**s, "plot": plot, "section": markdown(s, old, new, plot)}

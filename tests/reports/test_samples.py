@@ -55,7 +55,7 @@ def test_generations_are_greedy_and_written_atomically(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_a_model_is_refused(tmp_path: Path) -> None:
-    from megatron_scale.recipe.samples import write_samples
+    from megatron_scale.reports.samples import write_samples
 
     with pytest.raises(FileNotFoundError, match=r"no Hugging Face model \(config.json\) at full="):
         write_samples({"full": str(tmp_path / "missing")}, tmp_path / "out")

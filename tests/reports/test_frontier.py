@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from megatron_scale.evaluation.frontier import Run, area, pareto, retention_at, summarise, table
+from megatron_scale.reports.frontier import Run, area, pareto, retention_at, summarise, table
 
 # task 1 rises 0 -> 1 while task 0 falls 1 -> 0.2, crossing 0.5 once, between the 2nd and 3rd points
 CURVE = [(0.0, 1.0), (0.4, 0.9), (0.6, 0.7), (1.0, 0.2)]

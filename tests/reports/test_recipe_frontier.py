@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.frontier import Spec, runs_of, scores, sweep_curves, training_curve
+from megatron_scale.reports.recipe_frontier import Spec, runs_of, scores, sweep_curves, training_curve
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.report import write_report
 from megatron_scale.recipe.settings import Settings, SettingsError
 from megatron_scale.recipe.steps import Command, actions
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _sourced(config: str, **env: str) -> dict[str, str]:
-    base = {"PATH": os.environ["PATH"], "HOME": "/home/u", **env}
-    out = subprocess.run(["bash", "-c", 'set -a; source "$0"; set +a; env -0', config], env=base, cwd=REPO,
-                         check=True, capture_output=True, text=True).stdout
-    return dict(item.split("=", 1) for item in out.split("\0") if item)
+from megatron_scale.reports.recipe import write_report
+from tests.recipe._env import REPO, sourced_env
 
 
 def test_the_nsmc_config_trains_on_nsmc_and_reads_it_as_new_language(tmp_path: Path) -> None:
     nsmc = tmp_path / "nsmc"
-    env = _sourced("examples/configs/smollm2-nsmc.env", WORKDIR=str(tmp_path), NSMC_DIR=str(nsmc))
+    env = sourced_env("examples/configs/smollm2-nsmc.env", WORKDIR=str(tmp_path), NSMC_DIR=str(nsmc))
     s = Settings.from_env(env, repo=REPO)
     raw = tmp_path / "data" / "demo_raw"
     assert env["NSMC_DIR"] == str(nsmc)  # exported (set -a): the benchmark steps' tools/eval_benchmarks.py read it

@@ -1,7 +1,7 @@
 """A frontier written out: frontier.json (the summary and every curve), frontier.md (the table) and
 frontier.png (each method-and-LR's curve along training; each method's frontier over its LRs),
-for any pair of scores: the biographies' task accuracies (bio/frontier.py) and the real model's
-Korean learning and English retention (recipe/frontier.py) alike.
+for any pair of scores: the biographies' task accuracies (reports/bio_frontier.py) and the real model's
+Korean learning and English retention (reports/recipe_frontier.py) alike.
 
 What differs between the two is only how the scores are named and drawn (`Axes`). A run whose
 method name holds "[" (SCALE-Route's sweep over tau for one statistic, "scale-route[cosine]") is
@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from megatron_scale.data.files import atomic_write
-from megatron_scale.evaluation.frontier import Run, pareto, summarise, table
+from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.reports.frontier import Run, pareto, summarise, table
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,8 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes) -> None:
     left.set_ylabel(axes.old_label)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    tmp = f"{path}.partial-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float], axes: Axes,

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from megatron_scale.artifacts import atomic_write
+
 PROMPTS = {
     "en": ("The capital of France is", "In Python, a list is"),
     "ko": ("대한민국의 수도는", "국회는 법률을"),
@@ -60,9 +62,6 @@ def write_samples(models: Mapping[str, str], out_dir: str | os.PathLike, *, new_
             lines.append("")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for file, text in (("generations.json", json.dumps(results, ensure_ascii=False, indent=2) + "\n"),
-                       ("generations.md", "\n".join(lines))):
-        tmp = out / f"{file}.partial"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out / file)
+    atomic_write(out / "generations.json", json.dumps(results, ensure_ascii=False, indent=2) + "\n")
+    atomic_write(out / "generations.md", "\n".join(lines))
     return results

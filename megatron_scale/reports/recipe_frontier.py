@@ -23,10 +23,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_scale.evaluation.frontier import Run
-from megatron_scale.evaluation.frontier_report import Axes
-from megatron_scale.recipe.report import _pct, evaluations
-from megatron_scale.recipe.route_report import load_sweep
+from megatron_scale.reports.frontier import Run
+from megatron_scale.reports.frontier_report import Axes
+from megatron_scale.reports.recipe import _pct, evaluations
+from megatron_scale.reports.route_sweep import load_sweep
 
 LEVELS = (0.05, 0.1, 0.2)
 SEED = 0  # one training run per method and LR: the recipe's data order and init are fixed

@@ -1,4 +1,4 @@
-"""megatron_scale.recipe.report: the recipe's table, checks and plot from metrics JSONL files
+"""megatron_scale.reports.recipe: the recipe's table, checks and plot from metrics JSONL files
 (the last evaluation of each run against the base's)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.report import curve, write_report
+from megatron_scale.reports.recipe import curve, write_report
 
 
 def _metrics(path: Path, evals: dict[int, dict[str, float]], route: float | None = None) -> str:

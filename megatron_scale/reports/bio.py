@@ -7,7 +7,8 @@ import math
 import os
 from typing import Any
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale import method_catalog as catalog
+from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.route_eval.report import plot as route_plot
 
 
@@ -117,7 +118,7 @@ def plot(results: dict[str, Any], path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for method, r in results["methods"].items():
-        style = "-" if method.startswith("scale-") else "--"
+        style = "-" if catalog.method(r.get("method", method)).upscaled else "--"
         for ax, key in zip(axes, ("task0", "task1"), strict=True):
             ax.plot(r["steps"], [100 * v for v in r["accuracy"][key]], style, marker=".", label=method)
     axes[0].set_title("task 0 retention (first-token accuracy, %)")
@@ -131,10 +132,8 @@ def plot(results: dict[str, Any], path: str) -> None:
     fig.suptitle(f"synthetic biographies: {s['pretrain_people']} pre-trained, {s['task0_people']} task 0, "
                  f"{s['task1_people']} task 1 people (seed {s['seed']})", fontsize=10)
     fig.tight_layout()
-    tmp = f"{path}.partial-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write_all(results: dict[str, Any], out_dir: str) -> dict[str, str]:

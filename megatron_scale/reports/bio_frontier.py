@@ -4,7 +4,7 @@ several task-1 learning rates and seeds (tools/biography_benchmark.py --task1-lr
 Each method-and-LR run is a curve of (task-1 accuracy, task-0 accuracy) along its evaluations.
 SCALE-Route adds, per router statistic, the routed accuracies of its last evaluation at every tau
 (bio/router.py's sweep, no retraining) as a method of its own, "scale-route[<statistic>]".
-The summary (evaluation/frontier.py): the best task-0 retention each method reaches at task-1
+The summary (reports/frontier.py): the best task-0 retention each method reaches at task-1
 accuracy 0.5, 0.8 and 0.95, interpolated along its curves, best over LRs per seed, mean and
 spread over seeds; and the area its frontier dominates.
 """
@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from megatron_scale.evaluation import frontier_report
-from megatron_scale.evaluation.frontier import Run
-from megatron_scale.evaluation.frontier_report import Axes
+from megatron_scale.reports import frontier_report
+from megatron_scale.reports.frontier import Run
+from megatron_scale.reports.frontier_report import Axes
 
 LEVELS = (0.5, 0.8, 0.95)
 
