@@ -110,10 +110,6 @@ def test_model_code_is_split_by_role() -> None:
     assert top == ["__init__.py", "args.py", "build.py", "flops.py", "inputs.py"]
 
 
-# Files of the other half of issue 42 (the recipe and the reports, rewritten there on the recipe's
-# standard-library method catalog, megatron_scale/method_catalog.py): their method-name strings
-# are that work's, and leave with it.
-RECIPE_SIDE = {"recipe/steps.py", "recipe/report.py", "bio/report.py"}
 METHOD_CATALOG = "method_catalog.py"
 """The one place outside methods/ that may spell the --method values: the recipe's stdlib view."""
 
@@ -154,7 +150,7 @@ def test_no_method_name_dispatch_outside_the_methods() -> None:
         lines = _method_name_comparisons(p.read_text(), NAMES)
         if lines:
             offenders[rel] = lines
-    assert set(offenders) <= RECIPE_SIDE, {k: v for k, v in offenders.items() if k not in RECIPE_SIDE}
+    assert offenders == {}
     # the check has teeth: what bio/protocol.py and training/config.py used to write is caught
     probe = ('if method == "freeze" or name.startswith("scale-"):\n    pass\n'
              'if te and self.method.name in ("lora",):\n    pass\nmatch m:\n    case "full":\n        pass\n')

@@ -1,4 +1,4 @@
-"""The real model's frontier (recipe/frontier.py, tools/recipe_frontier.py) on hand-made recipe
+"""The real model's frontier (reports/recipe_frontier.py, tools/recipe_frontier.py) on hand-made recipe
 outputs whose scores are worked out by hand."""
 
 import json
