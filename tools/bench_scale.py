@@ -39,8 +39,7 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_profile  # noqa: E402  (tools/bench_profile.py, beside this file)
+import bench_profile  # tools/bench_profile.py: run as a script, this file's folder is sys.path[0]
 
 METHODS = ("full_ft", "dense_up", "preserve", "adapt")
 
