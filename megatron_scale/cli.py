@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.flags import add_flags, values
 
 

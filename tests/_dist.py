@@ -12,14 +12,11 @@ checks many things per spawn.
 from __future__ import annotations
 
 import os
-import queue
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-import torch.multiprocessing as mp
-
-from megatron_scale.distributed import free_port
+from megatron_scale.launch import spawn_ranks
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any, received: Any) -> None:
@@ -28,9 +25,9 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
         WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
     )
     try:
-        results.put((rank, True, fn(rank, world, *args)))
+        results.put((rank, None, fn(rank, world, *args)))
     except BaseException:
-        results.put((rank, False, traceback.format_exc()))
+        results.put((rank, traceback.format_exc(), None))
     finally:
         received.wait(timeout=600)  # tensors in the queue are served from this process: outlive the read
         try:
@@ -42,47 +39,14 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, results:
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = 600) -> list[Any]:
-    """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results. A port
-    another process took between its choice and rank 0's listen (the other xdist worker starting
-    ranks at the same moment: EADDRINUSE, seen in a CI run) is chosen again, twice at most."""
-    for attempt in range(3):
-        try:
-            return _run_ranks_once(fn, world_size, args, timeout)
-        except AssertionError as e:
-            if "EADDRINUSE" not in str(e) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _run_ranks_once(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float) -> list[Any]:
-    ctx = mp.get_context("spawn")
-    results, received = ctx.Queue(), ctx.Event()
-    port = free_port()
-    procs = [
-        # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
-        ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results, received))
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    got: dict[int, Any] = {}
-    failures: list[str] = []
-    try:
-        for _ in procs:
-            rank, ok, value = results.get(timeout=timeout)
-            if ok:
-                got[rank] = value
-            else:
-                failures.append(f"--- rank {rank} ---\n{value}")
-                break  # the other ranks may now hang in a collective
-    except queue.Empty:
-        failures.append(f"timed out after {timeout} s; ranks that answered: {sorted(got)}")
-    finally:
-        received.set()
-        for p in procs:
-            p.join(timeout=5 if failures else 60)
-            if p.is_alive():
-                p.kill()
-    if failures:
-        raise AssertionError("distributed test failed:\n" + "\n".join(failures))
+    """Run fn(rank, world_size, *args) in `world_size` spawned processes; per-rank results. The
+    processes start and are collected as the tools' ranks are (megatron_scale/launch.py
+    spawn_ranks): a port another process took between its choice and rank 0's listen (the other
+    xdist worker starting ranks at the same moment: EADDRINUSE, seen in a CI run) is chosen again,
+    twice at most."""
+    got, failure = spawn_ranks(_entry, world_size, (fn, args), timeout)
+    if failure is not None:
+        rank, tb = failure
+        said = f"timed out after {timeout} s; ranks that answered: {sorted(got)}" if rank < 0 else f"--- rank {rank} ---\n{tb}"
+        raise AssertionError("distributed test failed:\n" + said)
     return [got[r] for r in range(world_size)]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfig
+from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.convert.keymap import megatron_shapes
 from megatron_scale.methods import Full, Scale
 from megatron_scale.model.args import LlamaArgs

@@ -2,7 +2,7 @@
 routing tests: one special token, the bytes of a few Hangul syllables (lead and continuation
 bytes apart, and some merged as SmolLM2 merges them: lead+continuation, two continuations, space+
 lead, a whole syllable), and ASCII. `encode` codes a string by longest match, so a syllable is 1 to
-3 tokens; `write_tokenizer` saves it as a tokenizer.json that route_eval.units.token_bytes reads."""
+3 tokens; `write_tokenizer` saves it as a tokenizer.json that data/tokenizer.py token_bytes reads."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def write_tokenizer(folder: str, table: list[bytes]) -> str:
     """`table` as a byte-level BPE tokenizer.json (GPT-2 byte alphabet, no merges; id 0 special)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    from megatron_scale.route_eval.units import _byte_of_char
+    from megatron_scale.data.tokenizer import _byte_of_char
 
     char_of = {b: c for c, b in _byte_of_char().items()}
     vocab = {"<|endoftext|>": 0, **{"".join(char_of[b] for b in p): k for k, p in enumerate(table) if p}}

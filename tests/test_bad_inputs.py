@@ -27,7 +27,7 @@ from megatron_scale.testing.runs import RUN, command, make_dataset
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny HF Llama, its conversion (a base checkpoint), an upscaled SCALE checkpoint and two
     datasets; each case damages its own copy."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
 
     root = tmp_path_factory.mktemp("bad_inputs")

@@ -1,15 +1,22 @@
 """House rules that keep the codebase changeable, checked on the source itself:
 - model code (megatron_scale.model and its subpackages, .upscale, .route_stats) imports nothing
-  from training, data, the methods or tools; the methods (megatron_scale.methods) nothing from
-  training, data, conversion or tools;
+  from training, data, the methods, the process group (distributed.py), the checkpoint wing or
+  tools; the methods (megatron_scale.methods) nothing from training, data, conversion or tools;
+- everything a checkpoint is on disk lives in checkpoint/, which stands on the model and never
+  imports the methods; only it reads or writes a checkpoint's common state (megatron-core's
+  dist_checkpointing); evaluation, the route sweep and training never import conversion;
+- a method is asked, never named: no isinstance on the method classes and no comparison with a
+  --method string outside megatron_scale/methods/;
 - model/ by role: the layers (model/layers/) never import the builder (model/build.py) nor the
-  checkpoint state's digest; the checkpoint keys and state (model/weights/) import no layer and no
+  checkpoint wing (checkpoint/); the checkpoint keys and state (model/weights/) import no layer and no
   builder; the route statistics (route_stats/) import no model code and no route sweep (route_eval/);
 - every megatron.core import goes through megatron_scale/_mcore.py;
 - only megatron_scale/distributed.py knows about the CPU backend;
 - importing the package patches nothing (no import-time side effects on torch.cuda);
 - the test machinery (megatron_scale.testing) is reached from production code only through the
-  one hook, megatron_scale/hooks.py, and lazily; nothing in the package or tools imports tests/."""
+  one hook, megatron_scale/hooks.py, and lazily; nothing in the package or tools imports tests/;
+- the recipe (recipe/) and the reports' tables import the standard library, each other and the
+  package's standard-library floor only: tests/recipe/test_standard_library.py."""
 
 from __future__ import annotations
 
@@ -47,8 +54,11 @@ def test_megatron_core_only_through_the_gateway() -> None:
 
 
 def test_model_code_never_imports_training_code() -> None:
+    """... nor the process group (distributed.py: the model stands below it) nor what stands on the
+    model: the checkpoint wing, the launcher, conversion."""
     forbidden = ("megatron_scale.training", "megatron_scale.train", "megatron_scale.data", "megatron_scale.methods",
-                 "tools")
+                 "megatron_scale.distributed", "megatron_scale.checkpoint", "megatron_scale.launch",
+                 "megatron_scale.convert", "tools")
     roots = [PKG / "model", PKG / "upscale", PKG / "route_stats"]
     model_files = [p for p in _sources() if any(r in p.parents for r in roots)]
     assert len(model_files) > 20 and any(PKG / "model" / "layers" in p.parents for p in model_files)
@@ -78,16 +88,15 @@ def _package_imports(under: Path) -> dict[str, set[str]]:
 
 def test_model_code_is_split_by_role() -> None:
     """Layers (model/layers/: megatron-core modules and specs) sit below the builder
-    (model/build.py) and beside the checkpoint keys and state (model/weights/), whose only
-    dependency on the rest of the package is the process group they reduce over; the route
+    (model/build.py) and beside the checkpoint keys and state (model/weights/); the route
     statistics (route_stats/) are pure functions the router and the route sweeps share."""
     rules = {
-        PKG / "model" / "layers": ("megatron_scale.model.build", "megatron_scale.model.weights.digest",
+        PKG / "model" / "layers": ("megatron_scale.model.build", "megatron_scale.checkpoint",
                                    "megatron_scale.methods", "megatron_scale.route_eval"),
         PKG / "model" / "weights": ("megatron_scale.model.layers", "megatron_scale.model.build",
                                     "megatron_scale.model.args", "megatron_scale.methods"),
         PKG / "route_stats": ("megatron_scale.model", "megatron_scale.route_eval", "megatron_scale.methods",
-                              "megatron_scale.config"),
+                              "megatron_scale.scale_config", "megatron_scale.scale_checks"),
     }
     offenders = {}
     for under, forbidden in rules.items():
@@ -98,6 +107,53 @@ def test_model_code_is_split_by_role() -> None:
     assert offenders == {}
     top = sorted(p.name for p in (PKG / "model").glob("*.py"))
     assert top == ["__init__.py", "args.py", "build.py", "flops.py", "inputs.py"]
+
+
+METHOD_CATALOG = "method_catalog.py"
+"""The one place outside methods/ that may spell the --method values: the recipe's stdlib view."""
+
+
+def _method_name_comparisons(source: str, names: tuple[str, ...]) -> list[int]:
+    """Lines of `source` that compare a value with a --method string (==, !=, in, a match case) or
+    test one for a method-name prefix (startswith / removeprefix "scale-")."""
+    prefixes = {n[: i + 1] for n in names for i, c in enumerate(n) if c == "-"}
+
+    def named(node: ast.AST) -> bool:
+        values = [node] if isinstance(node, ast.Constant) else getattr(node, "elts", [])
+        return any(isinstance(v, ast.Constant) and (v.value in names or v.value in prefixes) for v in values)
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(named(side) for side in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith", "removeprefix", "removesuffix")
+              and any(named(a) for a in node.args)):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue) and named(node.pattern.value):
+            lines.append(node.pattern.lineno)
+    return sorted(lines)
+
+
+def test_no_method_name_dispatch_outside_the_methods() -> None:
+    """Each method class answers for itself (its traits: routes, scale_dims, exported_as, ...): no
+    module outside megatron_scale/methods/ compares a --method value with a method's name (the
+    recipe's catalog, method_catalog.py, is its one stdlib list of them)."""
+    from megatron_scale.methods import NAMES
+
+    offenders = {}
+    for p in _sources():
+        rel = str(p.relative_to(PKG))
+        if p.parent.name == "methods" or rel == METHOD_CATALOG:
+            continue
+        lines = _method_name_comparisons(p.read_text(), NAMES)
+        if lines:
+            offenders[rel] = lines
+    assert offenders == {}
+    # the check has teeth: what bio/protocol.py and training/config.py used to write is caught
+    probe = ('if method == "freeze" or name.startswith("scale-"):\n    pass\n'
+             'if te and self.method.name in ("lora",):\n    pass\nmatch m:\n    case "full":\n        pass\n')
+    assert _method_name_comparisons(probe, NAMES) == [1, 1, 3, 6]
 
 
 def test_no_isinstance_dispatch_on_methods() -> None:
@@ -214,16 +270,69 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
-def test_training_does_not_import_conversion() -> None:
+def test_the_users_of_the_model_do_not_import_conversion() -> None:
+    """Training, evaluation and the route sweep stand beside conversion on the methods: they open
+    checkpoints through checkpoint/ and methods/load.py, never through convert/ (function-level
+    imports included)."""
     graph = _module_graph()
+    users = ("megatron_scale.training", "megatron_scale.evaluation", "megatron_scale.route_eval")
+    assert all(any(m.startswith(u) for m in graph) for u in users)
     offenders = {m: sorted(d for d in deps if d.startswith("megatron_scale.convert"))
-                 for m, deps in graph.items() if m.startswith("megatron_scale.training")}
+                 for m, deps in graph.items() if m.startswith(users)}
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
+def test_the_checkpoint_wing_stands_on_the_model_below_the_methods() -> None:
+    """checkpoint/ (records, save and load, the reader, the digest, the saved layout) imports the
+    model and never the methods, nor what stands on them (function-level imports included)."""
+    graph = _module_graph()
+    forbidden = ("megatron_scale.methods", "megatron_scale.training", "megatron_scale.train", "megatron_scale.convert",
+                 "megatron_scale.evaluation", "megatron_scale.route_eval", "megatron_scale.bio", "megatron_scale.recipe",
+                 "megatron_scale.launch")
+    wing = {m: deps for m, deps in graph.items() if m.startswith("megatron_scale.checkpoint")}
+    assert len(wing) >= 6 and any(d.startswith("megatron_scale.model") for deps in wing.values() for d in deps)
+    offenders = {m: sorted(d for d in deps if d.startswith(forbidden)) for m, deps in wing.items()}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_only_the_checkpoint_wing_reads_or_writes_common_state() -> None:
+    """A checkpoint's common state (checkpoint/records.py: model_args, scale, train_state, layout)
+    is written by save_checkpoint from its typed arguments and read by read_records, both in
+    checkpoint/: no other module of the package or the tools calls megatron-core's
+    dist_checkpointing or torch.distributed.checkpoint, imports records.py's names for the
+    entries, or indexes a record by them. (The gateway, _mcore.py, only re-exports; the kill
+    harness, testing/kills.py, is test machinery that compares two checkpoints' files byte for
+    byte.)"""
+    from megatron_scale.checkpoint import records
+
+    wing, exempt = PKG / "checkpoint", {"_mcore.py", "testing/kills.py"}
+    names = {"MODEL_ARGS", "SCALE", "TRAIN_STATE", "LAYOUT", "COMMON_ENTRIES"}
+    keys = set(records.COMMON_ENTRIES) - {"scale", "layout"}  # words too common to look for as strings
+    assert {records.MODEL_ARGS, records.TRAIN_STATE} <= keys
+    offenders: dict[str, list[str]] = {}
+    files = [p for p in _sources() if wing not in p.parents] + sorted((PKG.parent / "tools").glob("*.py"))
+    for p in files:
+        rel = str(p.relative_to(PKG)) if PKG in p.parents else str(p.relative_to(PKG.parent))
+        if rel in exempt:
+            continue
+        found = [n for n in _imports(p) if n.startswith("torch.distributed.checkpoint")]
+        found += [n for n in _imports(p) if n.startswith("megatron_scale.checkpoint.records.")
+                  and n.rsplit(".", 1)[1] in names]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "dist_checkpointing":
+                found.append(f"dist_checkpointing:{node.lineno}")
+            if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                    and node.slice.value in keys):
+                found.append(f"[{node.slice.value!r}]:{node.lineno}")
+        if found:
+            offenders[rel] = found
+    assert offenders == {}
+    assert any("dist_checkpointing" in p.read_text() for p in wing.glob("*.py"))
+
+
 def test_evaluation_does_not_import_training() -> None:
-    """Checkpoints are evaluated through the model and its records (model/, convert/), never the
-    training loop's code: a run's evaluation must not depend on how it was trained."""
+    """Checkpoints are evaluated through the model and its records (model/, checkpoint/, methods/),
+    never the training loop's code: a run's evaluation must not depend on how it was trained."""
     graph = _module_graph()
     offenders = {m: sorted(d for d in deps if d.startswith(("megatron_scale.training", "megatron_scale.train")))
                  for m, deps in graph.items() if m.startswith("megatron_scale.evaluation")}
@@ -231,19 +340,17 @@ def test_evaluation_does_not_import_training() -> None:
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
-def test_the_recipe_launcher_and_report_read_files_with_the_standard_library() -> None:
-    """recipe/settings.py, steps.py and __main__.py run on the batch host outside the container
-    (settings.py says why), and the report's tables read the JSON the evaluation steps wrote:
-    standard library and the recipe's own modules only (the report's plot: matplotlib)."""
-    allowed = set(sys.stdlib_module_names) | {"megatron_scale"}
-    got = {}
-    for name, extra in (("settings", ()), ("steps", ()), ("__main__", ()), ("bench_report", ()),
-                        ("route_report", ()), ("report", ("matplotlib",))):
-        bad = sorted(n for n in _imports(PKG / "recipe" / f"{name}.py")
-                     if n.split(".")[0] not in allowed | set(extra)
-                     or (n.startswith("megatron_scale.") and not n.startswith("megatron_scale.recipe")))
-        got[name] = bad
-    assert {k: v for k, v in got.items() if v} == {}
+def test_nothing_edits_sys_path() -> None:
+    """The tools run on the installed package (README: pip install -e .; tests/run.sh's venv), so
+    neither they nor the package edit sys.path at import (house rule 8)."""
+    tools = sorted((PKG.parent / "tools").glob("*.py"))
+    editors = sorted(
+        str(p.relative_to(PKG.parent)) for p in _sources() + tools
+        if any(isinstance(n, ast.Attribute) and n.attr in ("insert", "append", "extend")
+               and isinstance(n.value, ast.Attribute) and n.value.attr == "path"
+               and getattr(n.value.value, "id", None) == "sys" for n in ast.walk(ast.parse(p.read_text())))
+    )
+    assert len(tools) > 10 and editors == []
 
 
 def test_every_transformer_config_comes_from_the_architecture_record() -> None:
@@ -256,13 +363,3 @@ def test_every_transformer_config_comes_from_the_architecture_record() -> None:
                for n in ast.walk(ast.parse(p.read_text())))
     )
     assert makers == ["megatron_scale/model/args.py"]
-
-
-def test_the_recipe_launcher_side_needs_only_the_standard_library() -> None:
-    """examples/scale_korean.sh asks `python3 -m megatron_scale.recipe` (settings, steps, locks, the
-    ARRAY=1 submission) on the batch host, outside the container image: without site-packages
-    (`python -S`), the launcher's side must import."""
-    code = "import megatron_scale.recipe.__main__, megatron_scale.recipe.lock, megatron_scale.recipe.array"
-    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=PKG.parent, capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin"}, check=False)
-    assert r.returncode == 0, r.stderr

@@ -39,8 +39,7 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_profile  # noqa: E402  (tools/bench_profile.py, beside this file)
+import bench_profile  # tools/bench_profile.py: run as a script, this file's folder is sys.path[0]
 
 METHODS = ("full_ft", "dense_up", "preserve", "adapt")
 
@@ -70,7 +69,7 @@ def _architecture(a: argparse.Namespace, layers: int, up: bool) -> Any:
 
 def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     """The model of one (scope, method), through the library's one builder."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.build import Kernels, build_model
     from megatron_scale.methods import Full, Scale
 

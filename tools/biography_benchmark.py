@@ -14,7 +14,7 @@ number), OUT/table.md (also printed) and OUT/plot.png. Runs as one process (worl
 
 With --task1-lrs every method runs at each LR; with --seeds the whole protocol runs once per seed
 under OUT/seed<N>/; either way OUT/frontier.{md,json,png} compares the methods at equal task-1
-learning (bio/frontier.py). Every stage a call finishes is kept (OUT/.../stages/*.json): calling
+learning (megatron_scale/reports/bio_frontier.py). Every stage a call finishes is kept (OUT/.../stages/*.json): calling
 again with the same flags runs only what is missing, so a long frontier survives being stopped.
 """
 
@@ -26,13 +26,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
+from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
-from megatron_scale.bio.frontier import runs_of, runs_of_stages, write_frontier
-from megatron_scale.bio.frontier import title as frontier_title
-from megatron_scale.bio.report import expansion_table, router_table, table, write_all
+from megatron_scale.reports.bio_frontier import runs_of, runs_of_stages, write_frontier
+from megatron_scale.reports.bio_frontier import title as frontier_title
+from megatron_scale.reports.bio import expansion_table, router_table, table, write_all
 
 PRESETS = {
     # Measured on 2 CPU cores: see results/2026-11-23-biography-cpu/.

@@ -5,7 +5,7 @@
         --model scale-preserve=hf/scale-preserve --model full=hf/full --output report/
 
 writes report/generations.json and report/generations.md and prints the JSON summary. The
-prompts are megatron_scale.recipe.samples.PROMPTS unless --prompt LANG=TEXT replaces them.
+prompts are megatron_scale.reports.samples.PROMPTS unless --prompt LANG=TEXT replaces them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.new_tokens < 1:
         p.error(f"--new-tokens {args.new_tokens}: must be at least 1")
     warnings.filterwarnings("ignore")
-    from megatron_scale.recipe.samples import PROMPTS, write_samples
+    from megatron_scale.reports.samples import PROMPTS, write_samples
 
     prompts: dict[str, list[str]] = {}
     for lang, text in args.prompt or []:

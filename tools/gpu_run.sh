@@ -146,11 +146,11 @@ run_te() {
   }
   local pt=("$PY" -m pytest -q -p no:cacheprovider -rs)
   if [ "$REHEARSE" = 1 ]; then
-    phase tests 120 both te_tests "${pt[@]}" --collect-only -p no:xdist tests/model/test_te_gpu.py tests/model/test_te.py \
-      -- gpu_tests "${pt[@]}" --collect-only -p no:xdist -m gpu tests/test_gpu.py tests/model/test_fused.py
+    phase tests 120 both te_tests "${pt[@]}" --collect-only -p no:xdist tests/model/test_te_gpu.py tests/model/layers/test_te.py \
+      -- gpu_tests "${pt[@]}" --collect-only -p no:xdist -m gpu tests/test_gpu.py tests/model/layers/test_fused.py
   else
-    phase tests 240 both te_tests "${pt[@]}" -p no:xdist tests/model/test_te_gpu.py tests/model/test_te.py \
-      -- gpu_tests "${pt[@]}" -n 2 -m gpu tests/test_gpu.py tests/model/test_fused.py -k "not conversion"
+    phase tests 240 both te_tests "${pt[@]}" -p no:xdist tests/model/test_te_gpu.py tests/model/layers/test_te.py \
+      -- gpu_tests "${pt[@]}" -n 2 -m gpu tests/test_gpu.py tests/model/layers/test_fused.py -k "not conversion"
   fi
   if [ "$REHEARSE" = 1 ]; then  # tiny and local: TE needs the GPU
     shape="--hidden 64 --heads 8 --groups 4 --ffn 128 --vocab 256 --seq 32 --warmup 1 --repeats 2"; L=2

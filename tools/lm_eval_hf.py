@@ -6,7 +6,7 @@ default: ARC, HellaSwag, MMLU, TruthfulQA, Winogrande, KoBEST).
     python tools/lm_eval_hf.py --model hf/x --tasks my_task --include-path my_tasks/   # local files
 
 Offline unless --allow-downloads: the paper's tasks read their datasets from the local HF cache.
-All the work is in megatron_scale.recipe.harness.
+All the work is in megatron_scale.evaluation.harness.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from megatron_scale.recipe.harness import PAPER_TASKS
+    from megatron_scale.evaluation.harness import PAPER_TASKS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="exported Hugging Face folder (tools/convert_megatron_to_hf.py)")
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-fewshot", type=int, default=None)
     p.add_argument("--allow-downloads", action="store_true", help="let datasets/transformers use the network")
     args = p.parse_args(argv)
-    from megatron_scale.recipe.harness import evaluate, write
+    from megatron_scale.evaluation.harness import evaluate, write
 
     tasks = [t for t in args.tasks.replace(" ", ",").split(",") if t]
     try:

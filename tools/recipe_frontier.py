@@ -1,4 +1,4 @@
-"""The real model's stability-plasticity frontier from finished recipe runs (megatron_scale/recipe/frontier.py):
+"""The real model's stability-plasticity frontier from finished recipe runs (megatron_scale/reports/recipe_frontier.py):
 English retention against Korean learning along training, every method at its learning rates, and
 SCALE-Route's router sweep at every tau and statistic.
 
@@ -18,11 +18,9 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from megatron_scale.data.files import atomic_write  # noqa: E402
-from megatron_scale.evaluation.frontier_report import write  # noqa: E402
-from megatron_scale.recipe.frontier import LEVELS, Spec, axes, final_table, runs_of  # noqa: E402
+from megatron_scale.artifacts import atomic_write
+from megatron_scale.reports.frontier_report import write
+from megatron_scale.reports.recipe_frontier import LEVELS, Spec, axes, final_table, runs_of
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def settings_of(a: argparse.Namespace):  # type: ignore[no-untyped-def]
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="megatron")
-    from megatron_scale.convert import ConversionError
+    from megatron_scale.checkpoint import CheckpointError
     from megatron_scale.route_eval.calibrate import CalibrationError
     from megatron_scale.route_eval.runner import run_sweep
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(summary["calibration"]["message"], file=sys.stderr)
         return summary
 
-    return run_tool(work, (ValueError, ConversionError, CalibrationError))
+    return run_tool(work, (ValueError, CheckpointError, CalibrationError))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ byte (--text-bytes) and benchmark accuracy before and after (--benchmarks).
         --output report/
 
 prints the table and writes report/results.json, report/report.md and report/perplexity.png.
-All the work is in megatron_scale.recipe.report.
+All the work is in megatron_scale.reports.recipe.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = pairs(args.benchmarks, "--benchmarks", "MODEL=JSON")
     runs = pairs(args.run, "--run", "METHOD=METRICS")
     failed = dict(item.partition("=")[::2] for item in args.failed)
-    from megatron_scale.recipe.report import write_report
+    from megatron_scale.reports.recipe import write_report
 
     try:
         results = write_report(args.base, runs, args.output, args.old or ["en"], args.new or ["ko"], args.base_iteration,

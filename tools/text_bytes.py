@@ -15,8 +15,8 @@ import argparse
 import json
 import sys
 import warnings
-from pathlib import Path
 
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.cli import name_value, run_tool
 
 
@@ -33,15 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="megatron")
 
     def work() -> dict:
-        from megatron_scale.data.files import atomic_write
         from megatron_scale.data.inspection import decoded_size
         from megatron_scale.data.tokenizer import TokenizerSpec
 
         tok = TokenizerSpec("HuggingFaceTokenizer", args.tokenizer_model).load()
         sets = {name: {"prefix": prefix, **decoded_size(prefix, tok)} for name, prefix in args.data}
         record = {"tokenizer": args.tokenizer_model, "sets": sets}
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.output, (json.dumps(record, indent=1) + "\n").encode())
+        atomic_write(args.output, json.dumps(record, indent=1) + "\n")
         return record
 
     return run_tool(work, (OSError, ValueError, IndexError))

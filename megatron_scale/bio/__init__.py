@@ -5,6 +5,6 @@
     corpus.py     tokenizer and Megatron indexed datasets of those texts
     evaluate.py   first-token accuracy of QA answers
     protocol.py   pre-train -> task 0 (QA) -> per method task 1 (QA on unseen people)
-    report.py     results.json, a Markdown table and a PNG plot
-Driven by tools/biography_benchmark.py.
+Driven by tools/biography_benchmark.py; its results.json, tables and plot are
+megatron_scale/reports/bio.py's, its frontier megatron_scale/reports/bio_frontier.py's.
 """

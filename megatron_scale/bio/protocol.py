@@ -28,7 +28,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
 from megatron_scale.methods.scale import ScaleSettings
@@ -117,15 +117,14 @@ def base_config(s: Settings, tokenizer: str) -> TrainConfig:
 
 
 def method_config(s: Settings, method: str) -> MethodConfig:
-    m = MethodConfig(name=method)
-    if method == "freeze":
-        m.freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
-    if method.startswith("scale-"):
-        m.scale = ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
-                                router_direction=s.router_direction)
-    if method == "lora":
-        m.lora_rank, m.lora_alpha = s.lora_rank, 2.0 * s.lora_rank
-    return m
+    """`--method method` with the experiment's settings of every method, as a command line giving
+    all of their flags would (each method reads its own: megatron_scale/methods/)."""
+    freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
+    return MethodConfig(
+        name=method, freeze_layers=freeze_layers, lora_rank=s.lora_rank, lora_alpha=2.0 * s.lora_rank,
+        scale=ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
+                            router_direction=s.router_direction),
+    )
 
 
 def stage_config(base: TrainConfig, method: MethodConfig, *, data: str, lr: float, load: str | None = None,

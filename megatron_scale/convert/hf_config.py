@@ -1,5 +1,7 @@
 """Hugging Face config.json <-> the architecture record (model/args.py LlamaArgs), and the error
-every conversion input reports.
+every conversion input reports (ConversionError; `conversion_errors` makes a checkpoint that
+cannot be read, megatron_scale/checkpoint/'s CheckpointError, and a bad input a rank stopped on,
+launch.py's RankError, one at conversion's edge).
 
     config.json (HF)  --from_hf_config-->  LlamaArgs  --to_hf_config-->  config.json
 
@@ -10,12 +12,16 @@ with others is refused rather than converted into a model that computes differen
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint.records import CheckpointError
+from megatron_scale.launch import RankError
 from megatron_scale.model.args import DTYPES, LlamaArgs
 
 # megatron-core 0.19.2 RotaryEmbedding._apply_scaling defaults (not settable through GPTModel).
@@ -26,6 +32,16 @@ CARRIED = ("bos_token_id", "eos_token_id", "pad_token_id", "initializer_range")
 
 class ConversionError(ValueError):
     """Bad conversion input; the message names the file, key or flag."""
+
+
+@contextlib.contextmanager
+def conversion_errors() -> Iterator[None]:
+    """Conversion's edge (its public functions are wrapped in it): a checkpoint that cannot be
+    read, or a bad input a rank stopped on, is a ConversionError with the same message."""
+    try:
+        yield
+    except (CheckpointError, RankError) as e:
+        raise ConversionError(str(e)) from e
 
 
 def with_dtype(args: LlamaArgs, dtype: str) -> LlamaArgs:

@@ -2,10 +2,10 @@
 
     upscale_checkpoint("ckpt/base", "ckpt/scale", ScaleConfig(variant="route", init="svd"), tp=2)
 
-The base's global tensors go through `upscale.upscale_state_dict` (the same function training
-uses when it upscales on load, so both give the same model for a seed), into the SCALE model
-built by `model.build.build_scale_gpt`, saved by `checkpoint.save_checkpoint` with the frozen
-base digest and geometry. The model arguments recorded with the base are carried over. Every
+Each rank loads the SCALE model from the base as training's --load does (methods/load.py
+load_model with the Scale method: the base's global tensors through `upscale.upscale_state_dict`,
+so both give the same model for a seed), and saves it (checkpoint/io.py save_checkpoint) with
+the frozen base digest and geometry. The model arguments recorded with the base are carried over. Every
 SCALE setting and the layout are checked before any rank starts.
 """
 
@@ -18,36 +18,33 @@ from typing import Any
 
 import torch
 
-from megatron_scale.checkpoint import save_checkpoint
-from megatron_scale.config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
+from megatron_scale.checkpoint.io import save_checkpoint
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.scale_config import ScaleConfig, ScaleConfigError, ScaleDims, size_notes
 from megatron_scale.convert import keymap
-from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.hf_config import ConversionError, check_parallel
-from megatron_scale.convert.megatron_io import MegatronReader
-from megatron_scale.methods import Scale
+from megatron_scale.launch import on_ranks
+from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel
+from megatron_scale.methods import Scale, recorded_method
+from megatron_scale.methods.load import load_model
 from megatron_scale.model.args import LlamaArgs
-from megatron_scale.model.build import Parallel, build_model
-from megatron_scale.records import MODEL_ARGS
-from megatron_scale.upscale import load_upscaled
+from megatron_scale.model.build import Parallel
 
 
 def _upscale_rank(base_dir: str, out_dir: str, args: LlamaArgs, dims: ScaleDims, tp: int, pp: int, *,
                   device: torch.device) -> None:
-    reader = MegatronReader(base_dir)
-    base = {k: reader.get(k) for k in keymap.megatron_shapes(args)}
     method = Scale(dims=dims)
-    model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device)
-    load_upscaled(model, base)
-    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=method)
+    model = load_model(base_dir, Parallel(tp=tp, pp=pp), device, method=method, args=args).model
+    save_checkpoint(model, out_dir, method=method, model_args=args.to_json())
 
 
+@conversion_errors()
 def upscale_checkpoint(
     base_dir: str | os.PathLike, out_dir: str | os.PathLike, scale: ScaleConfig, *, tp: int = 1, pp: int = 1,
     model_args: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the SCALE checkpoint; returns a summary (geometry, parameters, layout)."""
     reader = MegatronReader(base_dir)
-    if reader.dims is not None:
+    if recorded_method(reader.records).scale_dims is not None:
         raise ConversionError(f"--load {reader.dir}: already a SCALE checkpoint; upscale its base instead")
     args = reader.model_args(model_args)
     check_parallel(args, tp, pp)

@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import ShardSummary, write_json, write_shards
 from megatron_scale.convert.hf_modeling.configuration_scale_llama import GUARD
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
 from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.model.weights.keys import HF_LAYER, LINEARS, UPS, W12, W21, W22, w12_layer

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.config import ScaleConfigError, ScaleDims, check_router
+from megatron_scale.scale_config import ScaleConfigError, ScaleDims, check_router
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
 from megatron_scale.convert.hf_io import (
@@ -33,9 +33,11 @@ from megatron_scale.convert.hf_io import (
     write_json,
     write_shards,
 )
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.data.tokenizer import unit_codes
+from megatron_scale.methods import Scale, TrainingMethod, recorded_method
 from megatron_scale.model.args import DTYPES, LlamaArgs
-from megatron_scale.convert.hf_config import ConversionError, to_hf_config, with_dtype
+from megatron_scale.convert.hf_config import ConversionError, conversion_errors, to_hf_config, with_dtype
 
 DEFAULT_SHARD_BYTES = 5 * 2**30
 
@@ -69,12 +71,13 @@ def summarize(summary: ShardSummary, out: Path, args: LlamaArgs, kind: str, dtyp
             "shards": len(summary.files), "bytes": summary.bytes, "tied": args.tied}
 
 
-def export_plain(reader: MegatronReader, args: LlamaArgs, tmp: Path, dtype: str, max_shard_bytes: int,
-                 progress: bool) -> ShardSummary:
+def export_plain(reader: MegatronReader, method: TrainingMethod, args: LlamaArgs, tmp: Path, dtype: str,
+                 max_shard_bytes: int, progress: bool) -> ShardSummary:
+    """The plain Llama model the checkpoint exports as (method.exported_tensor: LoRA's adapters merged)."""
     reader.check_shapes(keymap.megatron_shapes(args))
     total = len(keymap.hf_shapes(args))
     with tqdm(total=total, desc="writing HF tensors", unit="tensor", disable=not progress) as bar:
-        items = keymap.megatron_to_hf(reader.get_merged, args)
+        items = keymap.megatron_to_hf(lambda key: method.exported_tensor(reader, key), args)
         summary = write_shards(_cast(items, DTYPES[dtype], bar), tmp, max_shard_bytes)
     write_json(tmp / "config.json", to_hf_config(with_dtype(args, dtype)))
     return summary
@@ -106,31 +109,25 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
                                router_unit=unit)
 
 
-def unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
-               preserve_head_only: bool) -> torch.Tensor | None:
+def route_unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
+                     preserve_head_only: bool) -> torch.Tensor | None:
     """The token codes (model/layers/route_units.py; config.json's scale_router_unit_codes, in base64)
     for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
     where nothing routes or the tokenizer is not byte-level and the unit is token."""
     if dims is None or dims.variant != "route" or preserve_head_only:
         return None
-    need = dims.router_unit != "token"
     if tokenizer is None:
-        if need:
+        if dims.router_unit != "token":
             raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
                                   "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
         return None
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
-
     try:
-        codes = piece_codes(token_bytes(str(tokenizer)), vocab_size)
+        return unit_codes(tokenizer, vocab_size, dims.router_unit)
     except ValueError as e:
-        if not need:
-            return None
-        raise ConversionError(f"--tokenizer {tokenizer}: router unit {dims.router_unit!r}: {e}") from e
-    return codes
+        raise ConversionError(str(e)) from e
 
 
+@conversion_errors()
 def convert_megatron_to_hf(
     ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
     tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,
@@ -145,11 +142,14 @@ def convert_megatron_to_hf(
     overridden; with a byte-level `tokenizer`, so do the token codes a char or word unit needs."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
-    dims = router_override(reader.dims, route_tau, route_statistic, preserve_head_only, reader.dir, route_direction,
-                           route_unit)
+    method = recorded_method(reader.records)
+    dims = router_override(method.scale_dims, route_tau, route_statistic, preserve_head_only, reader.dir,
+                           route_direction, route_unit)
+    if dims is not None:  # the geometry with its router override: what the export routes by
+        method = Scale(dims=dims)
     if preserve_head_only and dims is None:
         raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
-    codes = unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
+    codes = route_unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if dims is not None and not preserve_head_only:
@@ -160,14 +160,14 @@ def convert_megatron_to_hf(
         else:
             if dims is not None:
                 _check_preservable(reader)
-            summary = export_plain(reader, args, tmp, out_dtype, max_shard_bytes, progress)
-            kind = "llama (preservation head)" if dims is not None else "llama (LoRA merged)" if reader.lora else "llama"
+            summary = export_plain(reader, method, args, tmp, out_dtype, max_shard_bytes, progress)
+            kind = "llama (preservation head)" if dims is not None else method.exported_as
         if tokenizer is not None:
             copy_tokenizer(tokenizer, tmp)
         result = summarize(summary, Path(out_dir), args, kind, out_dtype)
         if verify:
             err, scaled = verifier.compare(
-                str(reader.dir), str(tmp), args, dims, lora=reader.lora, head="preserve" if preserve_head_only else "auto",
+                str(reader.dir), str(tmp), args, method, head="preserve" if preserve_head_only else "auto",
                 trust_remote_code=dims is not None and not preserve_head_only, dtype=DTYPES[out_dtype],
                 unit_codes=codes,
             )

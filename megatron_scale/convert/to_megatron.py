@@ -23,16 +23,15 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from megatron_scale.checkpoint import save_checkpoint
+from megatron_scale.checkpoint.io import save_checkpoint
 from megatron_scale.convert import keymap
 from megatron_scale.convert.hf_io import SafetensorsReader
-from megatron_scale.convert.launch import on_ranks
-from megatron_scale.convert.hf_config import ConversionError, check_parallel, read_hf_config, with_dtype
+from megatron_scale.launch import on_ranks
+from megatron_scale.convert.hf_config import ConversionError, conversion_errors, check_parallel, read_hf_config, with_dtype
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Parallel, build_model
 from megatron_scale.methods import Full
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.records import MODEL_ARGS
 
 # HF tensors that carry no weights megatron-core needs (recomputed buffers).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -129,9 +128,10 @@ def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, 
     model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(device)
     with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
         load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
-    save_checkpoint(model, out_dir, extra=lambda _: {MODEL_ARGS: args.to_json()}, method=Full())
+    save_checkpoint(model, out_dir, method=Full(), model_args=args.to_json())
 
 
+@conversion_errors()
 def convert_hf_to_megatron(
     hf_dir: str | os.PathLike, out_dir: str | os.PathLike, *, tp: int = 1, pp: int = 1,
     dtype: str | None = None, progress: bool = True,

@@ -19,12 +19,11 @@ from typing import Any
 
 import torch
 
-from megatron_scale.config import ScaleDims
-from megatron_scale.convert.launch import on_ranks
-from megatron_scale.model.build import build_model
-from megatron_scale.methods import recorded_method
-from megatron_scale.convert.megatron_io import MegatronReader
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.launch import on_ranks
+from megatron_scale.methods import TrainingMethod
 from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.build import build_model
 from megatron_scale.model.layers.heads import output_head, set_unit_codes
 from megatron_scale.model.inputs import causal_mask, position_ids
 from megatron_scale.model.weights.state import load_global_state_dict
@@ -58,15 +57,14 @@ def load_fp32(model: Any, reader: MegatronReader, dtype: torch.dtype = torch.flo
     load_global_state_dict(model, {k: reader.get(k).to(dtype).float() for k in keys}, strict=True)
 
 
-def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, lora: dict | None, ids: torch.Tensor,
+def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, method: TrainingMethod, ids: torch.Tensor,
                           head: str, dtype: torch.dtype, unit_codes: torch.Tensor | None = None, *,
                           device: torch.device) -> torch.Tensor:
     reader = MegatronReader(ckpt_dir)
-    # the geometry and adapters given (an export's router override replaces the recorded router)
-    method = recorded_method(dataclasses.replace(reader.records, dims=dims, lora=lora))
+    # the method given (an export's router override replaces the recorded router)
     model = build_model(dataclasses.replace(args, params_dtype="float32"), method).to(device).eval()
     load_fp32(model, reader, dtype)
-    if dims is None:
+    if method.scale_dims is None:
         return megatron_forward(model, ids, device)
     set_unit_codes(model, unit_codes)
     labels = torch.cat((ids[:, 1:], ids[:, -1:]), dim=1) if unit_codes is not None else None  # the last: unknown
@@ -74,13 +72,12 @@ def _megatron_logits_rank(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None
         return megatron_forward(model, ids, device, labels)
 
 
-def megatron_logits(ckpt_dir: str, args: LlamaArgs, dims: ScaleDims | None, ids: torch.Tensor, head: str = "auto",
-                    lora: dict | None = None, dtype: torch.dtype = torch.float32,
-                    unit_codes: torch.Tensor | None = None) -> torch.Tensor:
-    """The checkpoint's logits on `ids`; a router deciding per character or word (`unit_codes`
-    given) is told the labels ids[:, 1:], and its last position (whose label the HF model cannot
-    know, modeling_scale_llama.UnitRouter) is not comparable."""
-    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, dims, lora, ids, head, dtype, unit_codes)[0]
+def megatron_logits(ckpt_dir: str, args: LlamaArgs, method: TrainingMethod, ids: torch.Tensor, head: str = "auto",
+                    dtype: torch.dtype = torch.float32, unit_codes: torch.Tensor | None = None) -> torch.Tensor:
+    """The checkpoint's logits on `ids`, as the model `method` builds; a router deciding per
+    character or word (`unit_codes` given) is told the labels ids[:, 1:], and its last position
+    (whose label the HF model cannot know, modeling_scale_llama.UnitRouter) is not comparable."""
+    return on_ranks(_megatron_logits_rank, 1, 1, str(ckpt_dir), args, method, ids, head, dtype, unit_codes)[0]
 
 
 def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
@@ -97,18 +94,20 @@ def hf_logits(folder: str, ids: torch.Tensor, trust_remote_code: bool = False,
         return model(ids.to(device)).logits.cpu()
 
 
-def compare(ckpt_dir: str, folder: str, args: LlamaArgs, dims: ScaleDims | None, *, lora: dict | None = None,
-            head: str = "auto", trust_remote_code: bool = False, dtype: torch.dtype = torch.float32,
+def compare(ckpt_dir: str, folder: str, args: LlamaArgs, method: TrainingMethod, *, head: str = "auto",
+            trust_remote_code: bool = False, dtype: torch.dtype = torch.float32,
             unit_codes: torch.Tensor | None = None) -> tuple[float, float]:
     """(max |logit difference|, its tolerance) between the checkpoint, its weights rounded to the
-    export `dtype`, and the exported folder. A LoRA checkpoint runs as the LoRA model it is
-    (adapters unmerged), so the merge is checked too. A Route export deciding per character or
-    word is compared at every position but the last (megatron_logits)."""
+    export `dtype`, and the exported folder. The checkpoint runs as the model `method` builds: a
+    LoRA checkpoint as the LoRA model it is (adapters unmerged), so the merge is checked too. A
+    Route export deciding per character or word is compared at every position but the last
+    (megatron_logits)."""
     ids = sample_tokens(args.vocab_size)
+    dims = method.scale_dims
     per_unit = dims is not None and dims.routed and dims.router_unit != "token" and head in ("auto", "route")
     codes = unit_codes if per_unit else None
-    ref = megatron_logits(ckpt_dir, args, dims, ids, head, lora, dtype, codes)
+    ref = megatron_logits(ckpt_dir, args, method, ids, head, dtype, codes)
     got = hf_logits(folder, ids, trust_remote_code)
     if codes is not None:
         ref, got = ref[:, :-1], got[:, :-1]
-    return float((ref - got).abs().max()), tolerance(float(ref.abs().max()), dtype, merged=lora is not None)
+    return float((ref - got).abs().max()), tolerance(float(ref.abs().max()), dtype, merged=method.merged_on_export)

@@ -122,13 +122,3 @@ def _parquet_records(path: str, keys: list[str]) -> Iterator[Record]:
         for i in range(batch.num_rows):
             row += 1
             yield Record(path, row, "parquet", {k: cols[k][i] for k in keys})
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write `path` so that a reader sees the old file or the whole new one, never a part."""
-    tmp = f"{path}.partial-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -12,6 +12,10 @@ A known document-end token wins over the eos_token; `--eod-token` names another.
 Both encode without special tokens: a document's token ids are its text's, and --append-eod
 adds the end-of-document id. `TokenizerSpec` is the picklable description workers rebuild the
 tokenizer from. The module imports neither torch nor megatron, so worker processes start fast.
+
+`token_bytes` reads the bytes of every token of a byte-level BPE (SmolLM2's, Llama 3's,
+`train_byte_bpe`'s); `unit_codes` makes them the codes a SCALE-Route model deciding per character
+or word needs (model/layers/route_units.py: the model's rule; route_eval/units.py: the sweep's).
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from functools import lru_cache
+from typing import TYPE_CHECKING, Protocol
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write
+
+if TYPE_CHECKING:
+    import torch
 
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
 EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # document ends, in order of preference
@@ -136,6 +144,58 @@ class SentencePieceTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._sp.decode([int(i) for i in ids])
+
+
+@lru_cache(maxsize=1)
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet inverted: the printable character standing for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+def token_bytes(tokenizer: str | os.PathLike) -> list[bytes]:
+    """The bytes of every token id of a byte-level BPE tokenizer.json (or a folder holding one);
+    b"" for special and added tokens."""
+    from tokenizers import Tokenizer
+
+    file = os.path.join(tokenizer, "tokenizer.json") if os.path.isdir(tokenizer) else str(tokenizer)
+    if not os.path.isfile(file):
+        raise ValueError(f"--tokenizer {tokenizer}: no tokenizer.json")
+    tok = Tokenizer.from_file(file)
+    table = _byte_of_char()
+    added = set(tok.get_added_tokens_decoder())
+    out = []
+    for i in range(tok.get_vocab_size(with_added_tokens=True)):
+        piece = tok.id_to_token(i)
+        if i in added or piece is None or not all(c in table for c in piece):
+            out.append(b"")
+        else:
+            out.append(bytes(table[c] for c in piece))
+    if not any(out):
+        raise ValueError(f"--tokenizer {tokenizer}: not a byte-level BPE tokenizer (no token maps to bytes)")
+    return out
+
+
+def unit_codes(tokenizer: str | os.PathLike, vocab_size: int, unit: str, flag: str = "--tokenizer") -> torch.Tensor | None:
+    """The per-token codes (model/layers/route_units.py piece_codes: a [vocab_size] uint8 tensor)
+    that a SCALE-Route router deciding per `unit` needs, from the byte-level BPE tokenizer.json at
+    `tokenizer` (or a folder holding one). A tokenizer that is not byte-level gives None where the
+    unit is token (nothing needs the codes), else one ValueError naming `flag` and the unit. What
+    training, evaluation and the Hugging Face export give a routed model."""
+    from megatron_scale.model.layers.route_units import piece_codes
+
+    try:
+        return piece_codes(token_bytes(tokenizer), vocab_size)
+    except ValueError as e:
+        if unit == "token":
+            return None
+        raise ValueError(f"{flag} {tokenizer}: router unit {unit!r}: {e}") from e
 
 
 def train_byte_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency: int = 2) -> str:

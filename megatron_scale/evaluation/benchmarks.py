@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.evaluation.loglik import Logits, continuation_logprobs, encode_pair
 from megatron_scale.evaluation.scoring import item_scores, mean_stderr
 from megatron_scale.evaluation.tasks import TASKS, Item, load_task, subset
@@ -129,14 +130,6 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, p)
-
-
 def text_table(text: dict[str, Any]) -> str:
     """Perplexity beside bits per byte and per character, one row per held-out set."""
     lines = ["| held-out text | docs | tokens | bytes | chars | ppl (per token) | bits/byte | bits/char |",
@@ -148,6 +141,6 @@ def text_table(text: dict[str, Any]) -> str:
 
 def write(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """The results JSON and, beside it, the tables (<path without .json>.md), each written atomically."""
-    write_atomic(path, json.dumps(record, indent=1) + "\n")
+    atomic_write(path, json.dumps(record, indent=1) + "\n")
     tables = [table(record["results"])] + ([text_table(record["text"])] if record.get("text") else [])
-    write_atomic(Path(path).with_suffix(".md"), "\n\n".join(tables) + "\n")
+    atomic_write(Path(path).with_suffix(".md"), "\n\n".join(tables) + "\n")

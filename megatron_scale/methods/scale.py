@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.checkpoint import load_checkpoint
-from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.checkpoint.io import load_checkpoint
+from megatron_scale.checkpoint.reader import MegatronReader
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 from megatron_scale.flags import flag_names, given, optional_twin
-from megatron_scale.methods.base import Given, TrainingMethod, read_base_state
+from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
-from megatron_scale.model.layers.lora import is_lora_key
-from megatron_scale.records import CheckpointRecords
+from megatron_scale.scale_config import ROUTER_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims
 from megatron_scale.upscale import load_upscaled
 
 ScaleSettings = optional_twin(ScaleConfig, "ScaleSettings", __name__)
@@ -40,12 +40,33 @@ class Scale(TrainingMethod):
     names = ("scale-preserve", "scale-adapt", "scale-route")
     flags = ScaleFlags
     own_wgrad_fusion = True
+    owns = ("dims",)
 
     dims: ScaleDims
 
     @property
     def name(self) -> str:
         return f"scale-{self.dims.variant}"
+
+    @property
+    def scale_dims(self) -> ScaleDims:
+        return self.dims
+
+    @property
+    def routes(self) -> bool:
+        return self.dims.routed
+
+    @staticmethod
+    def recorded_dims(records: CheckpointRecords | None) -> ScaleDims | None:
+        """The SCALE geometry a checkpoint records (`scale.dims`; None: a plain GPT model, no
+        record, or no records); a record that is no geometry is one CheckpointError naming it."""
+        recorded = (records.scale or {}).get("dims") if records is not None else None
+        if recorded is None:
+            return None
+        try:
+            return ScaleDims.from_record(recorded, where=f"{records.directory}: scale.dims")  # type: ignore[union-attr]
+        except ScaleConfigError as e:
+            raise CheckpointError(str(e)) from e
 
     @classmethod
     def of(cls, config: ScaleConfig, args: LlamaArgs, tp: int = 1) -> Scale:
@@ -54,10 +75,36 @@ class Scale(TrainingMethod):
 
     @classmethod
     def refuse_records(cls, records: CheckpointRecords | None, name: str, where: str, resuming: bool) -> None:
-        if records is not None and records.lora is not None:
-            super().refuse_records(records, name, where, resuming)
-        if resuming and records is not None and records.dims is None:
+        super().refuse_records(records, name, where, resuming)
+        if resuming and records is not None and cls.recorded_dims(records) is None:
             raise ValueError(f"{where}: a run of a plain model; --method {name} cannot resume it")
+
+    @classmethod
+    def refuse_foreign(cls, value: Any, name: str, where: str) -> None:
+        variant = value.get("variant") if isinstance(value, dict) else None
+        raise ValueError(f"{where}: holds a SCALE-{variant} model; train it with --method scale-{variant}, "
+                         f"not --method {name}")
+
+    @classmethod
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+        """The geometry's record `mine` against the checkpoint's: another kind of model (plain GPT
+        or SCALE) or another geometry, naming the first field that differs. The router's settings
+        are recorded as the checkpoint's default, not geometry: a model with others loads it
+        (checkpoints written before router_statistic, router_direction or router_unit existed lack
+        them: cosine, above, token)."""
+        if (mine is None) != (theirs is None):
+            kind = {True: "a plain GPT model", False: "a SCALE model"}
+            raise CheckpointError(f"{where} holds {kind[theirs is None]} but the model is {kind[mine is None]}")
+        if mine is None:
+            return
+        try:
+            recorded = ScaleDims.from_record(theirs, where=f"{where}: scale.{entry}").to_record()
+        except ScaleConfigError as e:
+            raise CheckpointError(str(e)) from e
+        differ = first_difference(mine, recorded, skip=ROUTER_SETTINGS)
+        if differ is not None:
+            field_, was, value = differ
+            raise CheckpointError(f"{where}: SCALE geometry differs at '{field_}': checkpoint {was!r}, model {value!r}")
 
     @classmethod
     def plan(cls, given_: Given) -> Scale:
@@ -66,7 +113,7 @@ class Scale(TrainingMethod):
         variant = given_.name.removeprefix("scale-")
         settings, tp = given(given_.flags.scale), given_.tp
         base = given_.arch.transformer_config(tp)
-        dims = given_.records.dims if given_.records else None
+        dims = cls.recorded_dims(given_.records)
         if dims is None:
             return cls(dims=ScaleConfig(variant=variant, **settings).resolve(base, tp))
         if dims.variant != variant:
@@ -95,20 +142,19 @@ class Scale(TrainingMethod):
 
     @classmethod
     def from_record(cls, records: CheckpointRecords) -> Scale | None:
-        return None if records.dims is None else cls(dims=records.dims)
+        dims = cls.recorded_dims(records)
+        return None if dims is None else cls(dims=dims)
 
-    def load_initial(self, model: Any, directory: str | Path, records: CheckpointRecords | None,
-                     base_layers: int) -> str:
-        """A SCALE checkpoint as it is; a base upscaled on load."""
-        if records is not None and records.is_scale:
-            load_checkpoint(model, directory, records=records, method=self)
+    def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
+        """A SCALE checkpoint as it is; a base upscaled on load (upscale/: the offline upscaling's
+        function too)."""
+        if self.recorded_dims(reader.records) is not None:
+            load_checkpoint(model, reader.dir, records=reader.records, method=self)
             return "scale"
-        base = read_base_state(directory)
-        if any(is_lora_key(k) for k in base):
-            raise ValueError(f"--load {directory}: holds LoRA adapters; load it with --method lora "
-                             "(merging them into the base weights is not supported)")
+        base = reader.base_state()
+        refuse_adapters(base, reader.dir)
         try:
             load_upscaled(model, base)
         except (KeyError, ValueError) as e:
-            raise ValueError(f"--load {directory}: not a checkpoint of this base model: {e}") from e
+            raise ValueError(f"--load {reader.dir}: not a checkpoint of this base model: {e}") from e
         return "base+upscale"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleConfig, ScaleDims
+from megatron_scale.scale_config import ScaleConfig, ScaleDims
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.layers.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
 from megatron_scale.model.layers.sdpa import check_attention_backend

@@ -27,8 +27,8 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
+from megatron_scale.artifacts import atomic_write
 from megatron_scale.recipe.settings import Settings, SettingsError
 
 PARTS = ("prepare", "methods", "report")
@@ -132,11 +132,7 @@ def record_exit(s: Settings, part: str, step: str, rc: int, finished: bool, env:
     record = {"part": part, "state": state, "exit_status": rc, "step": step, "job": name or "(no Slurm job)",
               "restart": int(env.get("SLURM_RESTART_COUNT") or 0), "log": log, "log_tail": _tail(log),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    out = s.workdir / "slurm" / f"{part}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, out)
+    atomic_write(s.workdir / "slurm" / f"{part}.json", json.dumps(record, indent=1) + "\n")
 
 
 def why_missing(s: Settings, method: str) -> str:

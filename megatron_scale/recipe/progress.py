@@ -17,11 +17,12 @@ Standard library only, like the rest of the launcher's side.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from megatron_scale.artifacts import atomic_write
 
 # action keys are "<kind>" or "<kind>-<method>" (steps.actions); the kinds with a method part
 _PER_METHOD = ("upscale", "train", "benchmark", "export", "lm-eval")
@@ -127,7 +128,4 @@ def job_start(env: Mapping[str, str]) -> float | None:
 
 
 def _write_json(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(obj))

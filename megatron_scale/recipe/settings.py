@@ -2,9 +2,10 @@
 
 Each field is the environment variable of its name in upper case (`train_iters` is TRAIN_ITERS).
 examples/scale_korean.sh sources the config file (examples/configs/*.env, lines
-`: "${VAR:=value}"`) with `set -a`, so a config's values arrive here through the environment and a
-variable the user set wins over the config; what neither sets takes the defaults below, the tiny
-CPU demo. As in bash's `${VAR:=default}`, an empty variable counts as unset.
+`: "${VAR:=value}"`) with `set -a` and execs `python -m megatron_scale.recipe run`, so a config's
+values arrive here through the environment and a variable the user set wins over the config;
+what neither sets takes the defaults below, the tiny CPU demo. As in bash's `${VAR:=default}`,
+an empty variable counts as unset.
 
 Which base the recipe starts from is one setting, HF_MODEL: a Hugging Face Llama folder to
 convert, or empty for a tiny Llama pre-trained from scratch on English (MODEL_FLAGS, BASE_ITERS,
@@ -19,7 +20,8 @@ evaluates the same three sets, tokenised by tools/prepare_demo_data.py.
 Two families of variables are per method: LR_<METHOD> (LR_FULL, LR_LLAMA_PRO, ...) replaces LR,
 and TRAIN_FLAGS_<METHOD> adds training flags to that method's run only (TRAIN_FLAGS_LORA="--lora-rank 16").
 
-Standard library only: the launcher runs this outside the container image, on the batch host.
+Standard library only (and the package's standard-library floor: method_catalog.py): the launcher
+runs this outside the container image, on the batch host.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megatron_scale import method_catalog as catalog
+
 
 class SettingsError(ValueError):
     """A setting that cannot be used; the message names the variable."""
@@ -39,8 +43,8 @@ class SettingsError(ValueError):
 
 @dataclass(kw_only=True, frozen=True)
 class Settings:
-    """Everything the recipe decides with (the launcher's own: NPROC, CONTAINER_*, PYTHON,
-    MASTER_PORT stay in the shell)."""
+    """Everything the recipe decides with (the launcher's own, NPROC, CONTAINER_*, PYTHON and
+    MASTER_PORT, are launch.py's Launch)."""
 
     workdir: Path
     """WORKDIR: everything the job writes (default <repo>/runs/scale_korean)."""
@@ -164,6 +168,13 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.methods:
             raise SettingsError("METHODS is empty")
+        for m in self.methods:
+            try:
+                catalog.method(m)
+            except ValueError as e:
+                raise SettingsError(f"METHODS: {e}") from None
+        if len(set(self.methods)) < len(self.methods):
+            raise SettingsError(f"METHODS={' '.join(self.methods)!r} names a method twice")
         if self.demo_model and not self.hf_model:
             raise SettingsError("DEMO_MODEL=1 needs HF_MODEL, the folder to prepare it in")
         if self.demo_corpora and self.from_scratch:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from megatron_scale.config import ROUTER_DIRECTIONS
+from megatron_scale.scale_config import ROUTER_DIRECTIONS
 from megatron_scale.model.layers.routing import keeps
 
 

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from megatron_scale.data.files import atomic_write
+from megatron_scale.artifacts import atomic_write, save_figure
 
 
 def thin(xs: list[float], ys: list[float], limit: int = 400) -> tuple[list[float], list[float]]:
@@ -65,7 +65,5 @@ def plot(results: dict[str, Any], path: str) -> None:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     fig.tight_layout()
-    tmp = f"{path}.partial-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)

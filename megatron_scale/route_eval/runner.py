@@ -101,52 +101,50 @@ def _same(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _model(load: str, tp: int, device: torch.device) -> Any:
-    from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.convert.megatron_io import MegatronReader
-    from megatron_scale.methods import Scale
+def _check_scale(load: str) -> None:
+    """Refuse, before any rank starts, a checkpoint that holds no SCALE model."""
+    from megatron_scale.checkpoint.reader import MegatronReader
+    from megatron_scale.methods import recorded_method
 
-    reader = MegatronReader(load)
-    if reader.dims is None:
+    if recorded_method(MegatronReader(load).records).scale_dims is None:
         raise ValueError(f"--load {load}: not a SCALE checkpoint (route sweeps need both heads)")
-    method = Scale(dims=reader.dims)
-    model = build_model(reader.model_args(), method, Parallel(tp=tp)).to(device)
-    load_checkpoint(model, load, method=method)
-    return model.eval()
 
 
 def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: torch.device) -> dict[str, dict[str, torch.Tensor]]:
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.route_eval.collect import collect
     from megatron_scale.route_eval.windows import batches
 
-    model = _model(s.load, s.tp, device)
+    model = load_model(s.load, Parallel(tp=s.tp), device).model.eval()
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
 
 
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,
                device: torch.device) -> str:
-    from megatron_scale.checkpoint import save_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.io import save_checkpoint
     from megatron_scale.methods import Scale
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import set_router_default
-    from megatron_scale.records import MODEL_ARGS
 
-    model = _model(load, tp, device)
+    loaded = load_model(load, Parallel(tp=tp), device)
+    model = loaded.model.eval()
     set_router_default(model, tau, statistic, direction, unit)
-    record = {MODEL_ARGS: MegatronReader(load).model_args().to_json()}
     # the geometry with its new router default is what the checkpoint records
-    return str(save_checkpoint(model, save, extra=lambda _: record, method=Scale(dims=model.scale_dims)))
+    return str(save_checkpoint(model, save, method=Scale(dims=model.scale_dims), model_args=loaded.reader.model_args().to_json()))
 
 
 def run_sweep(s: SweepSettings) -> dict[str, Any]:
-    from megatron_scale.convert.launch import on_ranks
+    from megatron_scale.launch import on_ranks
     from megatron_scale.route_eval.analysis import analyse
     from megatron_scale.route_eval.report import plot, write_json
-    from megatron_scale.route_eval.units import pooled_records, token_bytes
+    from megatron_scale.data.tokenizer import token_bytes
+    from megatron_scale.route_eval.units import pooled_records
     from megatron_scale.route_eval.windows import windows
 
     s.check()
+    _check_scale(s.load)
     sets = {"old": windows(s.old[1], s.seq_length, s.samples, flag="--old-data"),
             "new": windows(s.new[1], s.seq_length, s.samples, flag="--new-data")}
     if s.calibration_old is not None:

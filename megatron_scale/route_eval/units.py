@@ -18,59 +18,22 @@ grouped into units and each unit takes one decision from its pooled statistic:
 
 Units are over the labels (the tokens predicted), never across windows. Special and added tokens
 (no byte form) are units of their own. The rule is the model's own (model/layers/route_units.py: a
-routed model with --scale-router-unit char/word decides by the "first" pooling); this module adds
-the tokenizer file and the teacher-forced mean. Pure tensors: no model needed.
+routed model with --scale-router-unit char/word decides by the "first" pooling) on the tokenizer's
+pieces (data/tokenizer.py token_bytes); this module adds the teacher-forced mean. Pure tensors:
+no model needed.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from functools import lru_cache
 
 import torch
 
 from megatron_scale.model.layers.route_units import UNITS, check_unit, piece_codes, unit_starts
 
-__all__ = ["POOLS", "UNITS", "pool", "pooled_records", "starts", "token_bytes", "unit_ids"]
+__all__ = ["POOLS", "UNITS", "pool", "pooled_records", "starts", "unit_ids"]
 
 POOLS = ("mean", "first")
-
-
-@lru_cache(maxsize=1)
-def _byte_of_char() -> dict[str, int]:
-    """GPT-2's byte-level alphabet inverted: the printable character standing for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = list(printable), 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
-
-
-def token_bytes(tokenizer: str) -> list[bytes]:
-    """The bytes of every token id of a byte-level BPE tokenizer.json (or a folder holding one);
-    b"" for special and added tokens."""
-    from tokenizers import Tokenizer
-
-    file = os.path.join(tokenizer, "tokenizer.json") if os.path.isdir(tokenizer) else tokenizer
-    if not os.path.isfile(file):
-        raise ValueError(f"--tokenizer {tokenizer}: no tokenizer.json")
-    tok = Tokenizer.from_file(file)
-    table = _byte_of_char()
-    added = set(tok.get_added_tokens_decoder())
-    out = []
-    for i in range(tok.get_vocab_size(with_added_tokens=True)):
-        piece = tok.id_to_token(i)
-        if i in added or piece is None or not all(c in table for c in piece):
-            out.append(b"")
-        else:
-            out.append(bytes(table[c] for c in piece))
-    if not any(out):
-        raise ValueError(f"--tokenizer {tokenizer}: not a byte-level BPE tokenizer (no token maps to bytes)")
-    return out
 
 
 def starts(pieces: Sequence[bytes], labels: torch.Tensor, unit: str) -> torch.Tensor:

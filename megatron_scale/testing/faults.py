@@ -18,7 +18,7 @@ The points, in the order a run reaches them (hooks.point calls in the modules na
                         (hooks.optimizer_built, training/loop.py)
     save-data           one more tensor written into this rank's shard file of `iter_N.partial`
                         (the file is incomplete until the last one; hooks.checkpoint_writes,
-                        checkpoint.py)
+                        checkpoint/io.py)
     save-before-rename  every rank's data is written, `iter_N.partial` not yet renamed (rank 0)
     save-before-marker  `iter_N` complete, `latest_checkpointed_iteration.txt` not yet naming it
                         (rank 0; training/checkpointing.py)
@@ -39,6 +39,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from megatron_scale.artifacts import atomic_write
 
 ARM, LOG, COUNT = "MEGATRON_SCALE_FAULT", "MEGATRON_SCALE_FAULT_LOG", "MEGATRON_SCALE_FAULT_COUNT"
 POINTS = ("load", "forward", "optimizer-step", "save-data", "save-before-rename", "save-before-marker")
@@ -100,11 +102,7 @@ def point(name: str, **detail: Any) -> None:
 
 
 def _write_counts(directory: str, f: _Faults) -> None:
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"rank{f.rank}.json")
-    with open(path + ".tmp", "w") as out:
-        json.dump(f.counts, out)
-    os.replace(path + ".tmp", path)
+    atomic_write(os.path.join(directory, f"rank{f.rank}.json"), json.dumps(f.counts))
 
 
 def _fire(f: _Faults, name: str, n: int, detail: dict[str, Any]) -> None:

@@ -192,7 +192,7 @@ def reference(work: Work, method: str) -> Reference:
     """The uninterrupted run (once per method), counting every fault point's hits per rank."""
     if method in work.refs:
         return work.refs[method]
-    if method != "full" and SETUPS[method].from_base:
+    if SETUPS[method].from_base:
         reference(work, "full")  # the base
     save = work.root / f"ref-{method}" / "run"
     counts = work.root / f"ref-{method}" / "counts"

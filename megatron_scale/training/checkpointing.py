@@ -1,10 +1,10 @@
 """Run checkpoints: everything a resumed run needs to continue as if never stopped.
 
-    <save>/iter_0000010/                    a megatron-scale checkpoint (../checkpoint.py): the
+    <save>/iter_0000010/                    a megatron-scale checkpoint (checkpoint/io.py): the
                                             model, the optimizer's sharded state, each rank's RNG
                                             state, and train_state (iteration, consumed samples,
                                             LR scheduler) and layout (TP/PP/DP, optimizer-state
-                                            format: training/reshard.py) in the common state
+                                            format: checkpoint/layout.py) in the common state
     <save>/latest_checkpointed_iteration.txt   written last, atomically (Megatron-LM's marker)
 
 A crash during a save leaves `iter_*.partial` and the old marker: the previous checkpoint stays
@@ -16,7 +16,6 @@ saves iteration N again.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -29,13 +28,12 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.checkpoint import MARKER, iteration_dir, load_checkpoint, save_checkpoint
+from megatron_scale.artifacts import atomic_write
+from megatron_scale.checkpoint.io import MARKER, iteration_dir, load_checkpoint, save_checkpoint
+from megatron_scale.checkpoint.layout import FULLY_RESHARDABLE, MODEL_SPACE, SavedLayout
+from megatron_scale.checkpoint.records import CheckpointRecords, RecordedMethod, read_records
 from megatron_scale.flags import flag, positive
 from megatron_scale.model.weights.state import tree_map
-from megatron_scale.records import (
-    FULLY_RESHARDABLE, LAYOUT, MODEL_ARGS, TRAIN_STATE, CheckpointRecords, RecordedMethod, SavedLayout,
-)
-from megatron_scale.training.reshard import optimizer_metadata
 
 
 @dataclass(kw_only=True)
@@ -57,6 +55,12 @@ class CheckpointConfig:
         for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
             if given and self.save is None:
                 raise ValueError(f"{name} needs --save")
+
+
+def optimizer_metadata(fmt: str) -> dict[str, str]:
+    """The `metadata` megatron-core's optimizer.sharded_state_dict takes to save or load `fmt`."""
+    return {} if fmt == MODEL_SPACE else {"distrib_optim_sharding_type": fmt}
+
 
 
 def _rng_state() -> dict[str, Any]:
@@ -217,26 +221,21 @@ def save_run(
 ) -> Path:
     """Collective: every rank calls. Returns the iteration directory. `model_args` (the run's
     architecture, training/plan.py) goes into the common state for the export tool; `layout`
-    (the run's, training/reshard.py run_layout) fixes the optimizer-state format and is recorded."""
+    (the run's, checkpoint/layout.py run_layout) fixes the optimizer-state format and is recorded."""
     def extra(model_sd: dict) -> dict:
         return {
-            **({MODEL_ARGS: model_args} if model_args is not None else {}),
-            LAYOUT: layout.to_record(),
             "optimizer": _optimizer_entries(optimizer, model_sd, False, optimizer_metadata(layout.optimizer_format)),
             "rng_state": _rng_object(_rng_state()),
-            TRAIN_STATE: {
-                "iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
-                "adam_step": _adam_step(optimizer), **({"optim": optim} if optim is not None else {}),
-            },
         }
 
+    train_state = {"iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict(),
+                   "adam_step": _adam_step(optimizer), **({"optim": optim} if optim is not None else {})}
     _drop_uncommitted(save, iteration)
-    path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method)
+    path = save_checkpoint(model, iteration_dir(save, iteration), extra, method=method, model_args=model_args,
+                           layout=layout, train_state=train_state)
     if dist.get_rank() == 0:
         hooks.point("save-before-marker", checkpoint=path.name)
-        tmp = Path(save) / (MARKER + ".tmp")
-        tmp.write_text(f"{iteration}\n")
-        os.replace(tmp, Path(save) / MARKER)
+        atomic_write(Path(save) / MARKER, f"{iteration}\n")
     dist.barrier()
     return path
 
@@ -246,7 +245,7 @@ def load_run(
     records: CheckpointRecords | None = None, *, method: RecordedMethod,
 ) -> tuple[int, int]:
     """Restore model, optimizer (its state saved in `optimizer_format`), scheduler and, with `rng`
-    (the same TP x PP grid: training/reshard.py), each rank's RNG from an iteration directory
+    (the same TP x PP grid: checkpoint/layout.py), each rank's RNG from an iteration directory
     (`records`: its records, where the caller has read them already).
     Returns (iteration, consumed samples)."""
     # A fresh torch Adam has no state until its first step; the distributed optimizer needs it
@@ -261,13 +260,15 @@ def load_run(
             **({"rng_state": _rng_object(None)} if rng else {}),
         }
 
+    if records is None:
+        records = read_records(path)
+    state = records.train_state
+    if state is None:
+        raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     loaded = load_checkpoint(model, path, extra, records=records, method=method)
     hooks.point("load", checkpoint=path.name)
-    if TRAIN_STATE not in loaded:
-        raise ValueError(f"--load {path}: a model checkpoint without training state; cannot resume from it")
     with torch.no_grad():  # the distributed optimizer copies into views of the parameters
         _load_optimizer(optimizer, loaded["optimizer"])
-    state = loaded[TRAIN_STATE]
     _set_adam_step(optimizer, state.get("adam_step"))
     scheduler.load_state_dict(state["scheduler"])
     if rng:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from megatron_scale.config import ScaleConfig
+from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
 from megatron_scale.flags import add_flags, argv_for, flag, given, optional_twin, positive, values
 from megatron_scale.flags import to_argv as to_argv_of
@@ -233,14 +233,12 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def validate_te(self) -> None:
-        """The Transformer Engine and FP8 flags (model/layers/te.py's check), and what training adds."""
+        """The Transformer Engine and FP8 flags (model/layers/te.py's check), and what training adds
+        (a method that cannot run on TE says so in its plan: methods/lora.py)."""
         m = self.model
         te = m.transformer_impl == "transformer_engine"
         if m.gradient_accumulation_fusion and not te:
             raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
-        if te and self.method.name == "lora":
-            raise ValueError("--method lora: not with --transformer-impl transformer_engine "
-                             "(the adapters wrap megatron-core's local linears)")
         check_attention_backend(m.attention_backend, m.transformer_impl)
         check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)
 

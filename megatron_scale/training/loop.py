@@ -1,8 +1,8 @@
 """The training run: megatron-core's DDP, optimizer, LR scheduler and pipeline schedules.
 
-    setup -> (resume | initial weights) -> for each iteration: forward/backward over the
-    microbatches of one global batch, optimizer step, log; evaluate and save on their intervals;
-    on SIGTERM/SIGINT save if asked and leave the loop cleanly.
+    setup -> (resume | initial weights: methods/load.py load_model) -> for each iteration:
+    forward/backward over the microbatches of one global batch, optimizer step, log; evaluate and
+    save on their intervals; on SIGTERM/SIGINT save if asked and leave the loop cleanly.
 Frozen parameters never reach the grad buffers or the optimizer: megatron-core's DDP and
 optimizer take only parameters that require grad.
 """
@@ -22,20 +22,21 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
+from megatron_scale.checkpoint.layout import SavedLayout, same_grid
+from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.data.indexed import DatasetError
+from megatron_scale.data.tokenizer import unit_codes
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
+from megatron_scale.methods.load import load_model
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
-from megatron_scale.records import CheckpointError, SavedLayout
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
-from megatron_scale.training.initial_weights import load_initial_weights
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
-from megatron_scale.training.reshard import same_grid
 from megatron_scale.training.say_once import say_error_once
 
 
@@ -56,7 +57,7 @@ class Run:
     dp_rank: int
     dp_size: int
     model_args: dict[str, Any]  # the architecture record the run's checkpoints carry
-    layout: SavedLayout  # the layout record the run's checkpoints carry (training/reshard.py)
+    layout: SavedLayout  # the layout record the run's checkpoints carry (checkpoint/layout.py)
     device: torch.device  # the run's one device: batches and collective buffers go here
     method: TrainingMethod  # the method the model was built for: what its checkpoints record
     iteration: int = 0
@@ -122,11 +123,13 @@ def setup(config: TrainConfig) -> Run:
     p: Plan = plan(config, int(os.environ.get("WORLD_SIZE", "1")))
     cfg, par, o, s = p.config, p.config.parallel, p.config.optim, p.config.schedule
     device = init_distributed(par.tp, par.pp, seed=s.seed, device=par.device)
-    parallel = Parallel(tp=par.tp, pp=par.pp, sequence_parallel=par.sequence_parallel)
-    model = build_model(p.architecture, p.method, parallel, _kernels(cfg, device))
-    model = model.to(device)  # a no-op where megatron-core built it there already
-    if p.initial is not None:
-        load_initial_weights(model, str(p.initial), p.method, p.architecture.num_layers, p.records)
+    parallel, kernels = Parallel(tp=par.tp, pp=par.pp, sequence_parallel=par.sequence_parallel), _kernels(cfg, device)
+    if p.initial is not None:  # the method's first weights (a base upscaled, grown, given adapters; its own)
+        model = load_model(p.initial, parallel, device, method=p.method, args=p.architecture, kernels=kernels,
+                           records=p.records).model
+    else:
+        model = build_model(p.architecture, p.method, parallel, kernels)
+        model = model.to(device)  # a no-op where megatron-core built it there already
     _give_unit_codes(model, cfg)
     ddp = mc.DistributedDataParallel(
         model.config,
@@ -182,16 +185,12 @@ def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
         if unit != "token":
             raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
         return
-    from megatron_scale.model.layers.route_units import piece_codes
-    from megatron_scale.route_eval.units import token_bytes
-
     try:
-        codes = piece_codes(token_bytes(cfg.model.tokenizer_model), heads[0].vocab_local * heads[0].tp_size)
+        codes = unit_codes(cfg.model.tokenizer_model, heads[0].vocab_local * heads[0].tp_size, unit, "--tokenizer-model")
     except ValueError as e:
-        if unit == "token":
-            return
-        raise FlagError(f"--tokenizer-model {cfg.model.tokenizer_model}: {flag} {unit}: {e}") from e
-    set_unit_codes(model, codes)
+        raise FlagError(str(e)) from e
+    if codes is not None:
+        set_unit_codes(model, codes)
 
 
 def train_step(run: Run) -> dict[str, Any]:

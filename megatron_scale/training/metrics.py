@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
+from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
 from megatron_scale.flags import flag, positive
 
 
@@ -44,13 +44,14 @@ class LoggingConfig:
     tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
     """TensorBoard event files go here."""
 
-    def validate(self, method: str) -> None:
+    def validate(self, method: str, routes: bool) -> None:
+        """`method`: the --method value; `routes`: whether its model routes (TrainingMethod.routes)."""
         positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
                   ("--eval-interval", self.eval_interval))
         given = [n for n, v in (("--route-tau", self.route_tau), ("--route-statistic", self.route_statistic),
                                 ("--route-direction", self.route_direction), ("--route-unit", self.route_unit))
                  if v is not None]
-        if given and method != "scale-route":
+        if given and not routes:
             name = given[0]
             raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
         if self.route_tau is not None:

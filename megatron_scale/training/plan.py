@@ -16,7 +16,7 @@ recorded geometry, compared with the --scale-* flags given, not resolved again).
 (method, LR, data, batch, layout) stay the user's. Without a record the flags' own defaults apply
 and the four sizes must be given. A run being resumed also keeps its LR schedule, which
 megatron-core's scheduler only asserts on: a flag that changes it is refused here, by name; it may
-change its TP / PP / DP where the checkpoint's optimizer state allows (training/reshard.py), else
+change its TP / PP / DP where the checkpoint's optimizer state allows (checkpoint/layout.py), else
 it is refused here with the reason.
 """
 
@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.checkpoint import latest_iteration_dir
+from megatron_scale.checkpoint.io import latest_iteration_dir
+from megatron_scale.checkpoint.layout import SavedLayout, check_resume, run_layout
+from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords, read_records
 from megatron_scale.flags import given
 from megatron_scale.methods import Given, TrainingMethod, method_class
 from megatron_scale.model.args import FLAGS, ArchitectureError, LlamaArgs
-from megatron_scale.records import CheckpointError, CheckpointRecords, SavedLayout, read_records
 from megatron_scale.training.config import TrainConfig
 from megatron_scale.training.optim import decoupled_record
-from megatron_scale.training.reshard import check_resume, run_layout
 
 # LlamaArgs fields taken from the record but never compared: a run may extend its context.
 CARRIED_ONLY = ("max_position_embeddings",)
@@ -68,7 +68,7 @@ class Plan:
     resumed_layout: SavedLayout | None = None
     """The layout of the checkpoint being resumed (None: not resuming, or not known)."""
     reshard: str | None = None
-    """The line a resume at another layout prints (training/reshard.py check_resume)."""
+    """The line a resume at another layout prints (checkpoint/layout.py check_resume)."""
     records: CheckpointRecords | None = None
     """--load's records, read once here and handed to the loaders."""
 
@@ -84,7 +84,7 @@ def load_source(load: str | None) -> tuple[Path | None, bool]:
 
 
 def recorded(directory: Path | None) -> CheckpointRecords | None:
-    """--load's records (records.py's one policy; None for no --load, or a directory that is no
+    """--load's records (checkpoint/records.py's one policy; None for no --load, or a directory that is no
     torch_dist checkpoint: loading it later fails with its own message)."""
     if directory is None:
         return None
@@ -200,7 +200,8 @@ def build_method(cfg: TrainConfig, arch: LlamaArgs, records: CheckpointRecords |
     name = cfg.method.name
     return method_class(name).plan(Given(
         name=name, flags=cfg.method, arch=arch, tp=cfg.parallel.tp, sequence_parallel=cfg.parallel.sequence_parallel,
-        seed=cfg.schedule.seed, records=records, resuming=resuming, where=where,
+        seed=cfg.schedule.seed, transformer_impl=cfg.model.transformer_impl, records=records, resuming=resuming,
+        where=where,
     ))
 
 
@@ -227,8 +228,8 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     reshard = check_resume(saved, layout, where) if resuming else None
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
-    cfg.logging.validate(cfg.method.name)
     method = build_method(cfg, arch, records, where, resuming)
+    cfg.logging.validate(cfg.method.name, method.routes)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.model.weights.keys import EMBEDDING, FC1_NORM, FINAL_NORM, LINEARS, OUTPUT, QKV_NORM, UP, W21, W22, w12_key
 from megatron_scale.model.weights.layout import merge_qkv, split_gate_up, split_qkv
 from megatron_scale.model.layers.spec import block_splits

@@ -188,7 +188,7 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
 
 
 def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp_path: Path) -> None:
-    from megatron_scale.evaluation.frontier import Run, summarise
+    from megatron_scale.reports.frontier import Run, summarise
 
     out = tmp_path / "frontier"
     cmd = [sys.executable, str(ROOT / "tools" / "biography_benchmark.py"), "--preset", "cpu", "--out", str(out),
@@ -216,7 +216,7 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
             (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (f"scale-route[{stat}]", 0.01, seed)]
             assert run.curve == tuple((p["task1"], p["task0"]) for p in a["points"])
     assert len(runs) == 2 * (4 + 2 * 4)  # per seed: 4 curves and 4 statistics' sweeps at 2 LRs
-    # the written summary is evaluation/frontier.py's on these curves
+    # the written summary is reports/frontier.py's on these curves
     summary = summarise(runs, doc["levels"])
     assert sorted(doc["summary"]) == sorted(summary) and "scale-route[cosine]" in summary
     for method, s in summary.items():

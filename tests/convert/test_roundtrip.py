@@ -33,11 +33,11 @@ UPSCALE_LAYOUT = {True: (2, 1), False: (1, 2)}  # where each base is upscaled an
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from megatron_scale.model.build import Parallel, build_model
-    from megatron_scale.methods import Full, Scale
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.methods import Full
+    from megatron_scale.methods.load import load_model
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head
     from megatron_scale.model.weights.state import global_state_dict
@@ -52,9 +52,8 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         for tp, pp in LAYOUTS:
             out = base / f"mg-{tied}-{tp}{pp}"
             convert_hf_to_megatron(base / f"hf-{tied}", out, tp=tp, pp=pp, progress=False)
-            args = MegatronReader(out).model_args()
-            model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
-            load_checkpoint(model, out, method=Full())
+            loaded = load_model(out, Parallel(tp=tp, pp=pp), _tiny.device())
+            model, args = loaded.model.eval(), loaded.reader.model_args()
             res[f"{tied}/{tp}{pp}"] = megatron_logits(model, ids)
             if (tp, pp) == (1, 1):
                 res[f"{tied}/inv_freq"] = model.rotary_pos_emb.inv_freq.clone()
@@ -67,9 +66,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                 sc_dir = base / f"sc-{tied}-{tp}{pp}-{variant}"
                 sc = ScaleConfig(variant=variant, heads_up=4, init="svd", seed=7)
                 upscale_checkpoint(out, sc_dir, sc, tp=tp, pp=pp)
-                method = Scale(dims=MegatronReader(sc_dir).dims)
-                scaled = build_model(args, method, Parallel(tp=tp, pp=pp)).to(_tiny.device()).eval()
-                load_checkpoint(scaled, sc_dir, method=method)
+                scaled = load_model(sc_dir, Parallel(tp=tp, pp=pp), _tiny.device()).model.eval()
                 with output_head(scaled, "preserve"):
                     z_p = megatron_logits(scaled, ids)
                 ref = res[f"{tied}/{tp}{pp}"]
@@ -188,7 +185,7 @@ def test_export_tool_verify_force_and_tokenizer(results: dict, capsys: pytest.Ca
 
 @pytest.mark.dist
 def test_upscale_refusals_name_the_flag(results: dict) -> None:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import ConversionError, upscale_checkpoint
 
     root = results["root"]

@@ -54,15 +54,13 @@ def _perturb(model: Any, seed: int) -> None:
 
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
-    from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.checkpoint import save_checkpoint
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
-    from megatron_scale.methods import Scale
-    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head, output_layers
-    from megatron_scale.records import MODEL_ARGS
 
     torch.set_num_threads(1)  # tests/convert/conftest.py
     init_distributed(1, 1, device="cpu")
@@ -75,13 +73,10 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
         sc = ScaleConfig(variant=variant, heads_up=4, seed=3, router_tau=0.8,
                          adapt_modules=("qkv", "proj", "fc1", "fc2"))
         upscale_checkpoint(base / f"mg-{tied}", base / f"up-{variant}", sc, tp=2)
-        reader = MegatronReader(base / f"up-{variant}")
-        method = Scale(dims=reader.dims)
-        model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
-        load_checkpoint(model, base / f"up-{variant}", method=method)
+        loaded = load_model(base / f"up-{variant}", Parallel(tp=2), _tiny.device())
+        model, method, reader = loaded.model.eval(), loaded.method, loaded.reader
         _perturb(model, seed=11)
-        record = {MODEL_ARGS: reader.model_args().to_json()}
-        save_checkpoint(model, base / f"sc-{variant}", extra=lambda _, r=record: r, method=method)
+        save_checkpoint(model, base / f"sc-{variant}", method=method, model_args=reader.model_args().to_json())
         out = output_layers(model)[0]
         out.reset_route_counts()
         res[f"{variant}/logits"] = megatron_logits(model, ids)

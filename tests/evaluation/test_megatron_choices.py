@@ -69,15 +69,14 @@ def _write_model(folder: Path) -> None:
 
 
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
-    from megatron_scale.checkpoint import load_checkpoint, save_checkpoint
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.checkpoint import save_checkpoint
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
-    from megatron_scale.convert.megatron_io import MegatronReader
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.methods import Full, Scale
-    from megatron_scale.model.build import Parallel, build_model
+    from megatron_scale.methods import Scale
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import set_router_default
-    from megatron_scale.records import MODEL_ARGS
     from tests import _tiny
     from tests.convert.test_scale_export import _perturb
 
@@ -94,13 +93,11 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     sc = ScaleConfig(variant="route", heads_up=4, seed=3, router_tau=0.8)
     upscale_checkpoint(mg, base / "up", sc, tp=2)
     mc_reset(2)
-    reader = MegatronReader(base / "up")
-    method = Scale(dims=reader.dims)
-    model = build_model(reader.model_args(), method, Parallel(tp=2)).to(_tiny.device()).eval()
-    load_checkpoint(model, base / "up", method=method)
+    loaded = load_model(base / "up", Parallel(tp=2), _tiny.device())
+    model, method, reader = loaded.model.eval(), loaded.method, loaded.reader
     _perturb(model, seed=11)
-    record = {MODEL_ARGS: reader.model_args().to_json()}
-    save_checkpoint(model, base / "run" / "iter_0000003", extra=lambda _, r=record: r, method=method)
+    record = reader.model_args().to_json()
+    save_checkpoint(model, base / "run" / "iter_0000003", method=method, model_args=record)
     if rank == 0:
         (base / "run" / "latest_checkpointed_iteration.txt").write_text("3\n")
     torch.distributed.barrier()
@@ -111,8 +108,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     # the same model deciding per character, as the recipe's calibrated checkpoint does: scored
     # with the tokenizer's codes and each position's predicted token, as its export routes
     set_router_default(model, 0.8, "cosine", "above", "char")
-    save_checkpoint(model, base / "run-char" / "iter_0000003", extra=lambda _, r=record: r,
-                    method=Scale(dims=model.scale_dims))
+    save_checkpoint(model, base / "run-char" / "iter_0000003", method=Scale(dims=model.scale_dims), model_args=record)
     if rank == 0:
         (base / "run-char" / "latest_checkpointed_iteration.txt").write_text("3\n")
     torch.distributed.barrier()

@@ -33,9 +33,9 @@ def _losses(model: Any, b: dict) -> list[torch.Tensor]:
 
 def _body(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.weights.digest import frozen_base_digest
+    from megatron_scale.checkpoint.digest import frozen_base_digest
     from megatron_scale.model.weights.state import global_state_dict
     from megatron_scale.upscale import upscale_state_dict
 

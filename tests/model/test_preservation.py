@@ -43,7 +43,7 @@ def _logits(model: Any, b: dict) -> torch.Tensor:
 
 
 def _init_checks(tp: int) -> dict[str, Any]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
 
     res: dict[str, Any] = {}
     b = _tiny.batch()
@@ -61,9 +61,9 @@ def _init_checks(tp: int) -> dict[str, Any]:
 
 def _train_preserve(tp: int) -> dict[str, Any]:
     from megatron_scale import _mcore as mc
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.layers.heads import output_head
-    from megatron_scale.model.weights.digest import frozen_base_digest
+    from megatron_scale.checkpoint.digest import frozen_base_digest
 
     res: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=True)
@@ -139,7 +139,7 @@ def _train_preserve(tp: int) -> dict[str, Any]:
 
 
 def _adapt_checks(tp: int) -> dict[str, Any]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.layers.spec import block_splits
 
     res: dict[str, Any] = {}
@@ -178,7 +178,7 @@ def _sequence_parallel_checks() -> dict[str, Any]:
     gives the same loss and gradients (SP gains' partial grads all-reduced, as
     finalize_model_grads does)."""
     from megatron_scale import _mcore as mc
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
 
     state = _tiny.base_state_dict(tied=True)

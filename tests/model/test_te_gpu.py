@@ -95,7 +95,7 @@ def _fp8_config(recipe: str) -> Any:
 def _build_scale_te(cfg: Any, wgrad_fusion: bool, backend: Any = None) -> Any:
     """The SCALE-Preserve model on TE, before its first CUDA call (tests/model/test_te_gpu_build.py
     builds it on CPU with a TE stand-in); `wgrad_fusion`: TE's own."""
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.build import build_scale_gpt
     from megatron_scale.model.layers.spec import te_backend
 

@@ -43,7 +43,7 @@ def _state(model: Any) -> dict[str, torch.Tensor]:
 
 
 def _model(tp: int, state: dict | None, **scale: Any) -> tuple[Any, dict]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.model.weights.state import load_global_state_dict
 
     m = _tiny.build_scale(_tiny.base_config(tp), ScaleConfig(variant="route", **scale), False,

@@ -39,7 +39,7 @@ def _dataset(prefix: Path, seed: int, low: int, high: int) -> str:
 def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     import route_sweep
 
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
 
     root = tmp_path_factory.mktemp("route_sweep")
@@ -93,7 +93,7 @@ def test_sweep_per_character_and_word_beside_per_token(work: dict) -> None:
 
 @pytest.mark.dist
 def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
-    from megatron_scale.checkpoint import read_scale_record
+    from megatron_scale.checkpoint import read_records
     from megatron_scale.convert import convert_megatron_to_hf
 
     res = json.loads((work["root"] / "out" / "sweep.json").read_text())
@@ -101,7 +101,7 @@ def test_calibrated_tau_is_recorded_and_exported(work: dict) -> None:
     # calibrated on windows 6..11 of the same sets (held out from the evaluated 0..5)
     assert cal["old_kept"] >= 0.9 and cal["reachable"] and cal["held_out"]
     assert res["settings"]["calibration_skip"] == 6 and res["tokens"] == {"en": 6 * 16, "ko": 6 * 16}
-    dims = read_scale_record(work["root"] / "calibrated")["dims"]
+    dims = read_records(work["root"] / "calibrated").scale["dims"]  # type: ignore[index]
     assert (dims["router_tau"], dims["router_statistic"], dims["router_direction"]) == (cal["tau"], "max-prob", cal["direction"])
     convert_megatron_to_hf(work["root"] / "calibrated", work["root"] / "hf-calibrated", progress=False)
     cfg = json.loads((work["root"] / "hf-calibrated" / "config.json").read_text())

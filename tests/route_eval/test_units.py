@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from megatron_scale.model.layers.routing import keeps
-from megatron_scale.route_eval.units import pool, pooled_records, token_bytes, unit_ids
+from megatron_scale.data.tokenizer import token_bytes
+from megatron_scale.route_eval.units import pool, pooled_records, unit_ids
 
 TEXT = "한국어 문장, hello 세계!\n서울"
 

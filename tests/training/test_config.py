@@ -66,17 +66,3 @@ def test_a_config_survives_argv() -> None:
 def test_required_flags_are_required() -> None:
     with pytest.raises(SystemExit):
         parse(REQUIRED[2:])  # no --micro-batch-size
-
-
-def test_llama_pro_blocks_default_divides_the_base() -> None:
-    """--llama-pro-blocks defaults to the divisor of the base's layers nearest a quarter of them
-    (SmolLM2's 30 layers: 6, where 30 // 4 = 7 would not divide); an explicit value that does not
-    divide is refused naming the flag, before any model is built."""
-    from megatron_scale.methods.llama_pro import default_llama_pro_blocks
-    from megatron_scale.training.config import MethodConfig
-
-    assert [default_llama_pro_blocks(n) for n in (4, 30, 32, 7, 1)] == [1, 6, 8, 1, 1]
-    assert MethodConfig(name="llama-pro").pro_blocks(30) == 6
-    assert MethodConfig(name="llama-pro", llama_pro_blocks=5).pro_blocks(30) == 5
-    with pytest.raises(ValueError, match="--llama-pro-blocks 7 must divide the base's 30 layers"):
-        MethodConfig(name="llama-pro", llama_pro_blocks=7).pro_blocks(30)

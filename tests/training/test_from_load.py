@@ -30,7 +30,7 @@ UPSCALED = {"hidden_up": 8, "heads_up": 4, "groups_up": 2, "ffn_up": 16}
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
 
     root = tmp_path_factory.mktemp("from_load")

@@ -43,23 +43,11 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--sequence-parallel",), 1, "--sequence-parallel"),
         (("--load", "/nonexistent/ckpt"), 1, "--load"),
         (("--save-interval", "5"), 1, "--save-interval"),
-        (("--method", "freeze", "--freeze-layers", "9"), 1, "--freeze-layers"),
-        (("--method", "lora", "--lora-rank", "0"), 1, "--lora-rank"),
-        (("--method", "lora", "--lora-alpha", "0"), 1, "--lora-alpha"),
-        (("--method", "lora", "--lora-dropout", "1"), 1, "--lora-dropout"),
-        (("--method", "lora", "--tensor-model-parallel-size", "2", "--sequence-parallel"), 2, "--sequence-parallel"),
-        # alone, a g' completes h' at the GQA ratio (config.py); 3 groups over 2 ranks cannot work
-        (("--scale-groups-up", "3", "--tensor-model-parallel-size", "2"), 2, "--scale-groups-up"),
         (("--eval-data-path", "en"), 1, "--eval-data-path"),
-        (("--route-tau", "0.7"), 1, "--route-tau: only a --method scale-route model routes"),
-        (("--method", "scale-route", "--route-tau", "nan"), 1, "--route-tau: tau must be a finite number"),
-        (("--route-direction", "below"), 1, "--route-direction: only a --method scale-route model routes"),
-        (("--route-unit", "char"), 1, "--route-unit: only a --method scale-route model routes"),
         (("--fp8-format", "hybrid"), 1, "--fp8-format needs --transformer-impl transformer_engine"),
         (("--fp8-recipe", "tensorwise"), 1, "--fp8-recipe needs --fp8-format"),
         (("--gradient-accumulation-fusion",), 1, "--gradient-accumulation-fusion needs --transformer-impl"),
         (("--transformer-impl", "transformer_engine", "--fp8-format", "hybrid"), 1, "--fp8-format needs --bf16"),
-        (("--transformer-impl", "transformer_engine", "--method", "lora"), 1, "--method lora: not with --transformer-impl"),
         (("--transformer-impl", "transformer_engine", "--device", "cpu"), 1, "--transformer-impl transformer_engine needs --device cuda"),
         (("--transformer-impl", "transformer_engine"), 1, "--transformer-impl transformer_engine"),
         # what megatron-core would only assert on, mid-setup
@@ -121,8 +109,8 @@ def test_tokenizer_sets_or_checks_the_vocabulary(tmp_path: Path, data: str) -> N
 def _counted_setup(rank: int, world: int, argv: list[str], save: bool) -> dict[str, int]:
     import sys
 
-    from megatron_scale import records
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.checkpoint import records
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.training import loop
 
     counts = {"read_records": 0, "resolve": 0}
@@ -150,7 +138,7 @@ def _counted_setup(rank: int, world: int, argv: list[str], save: bool) -> dict[s
 
 @pytest.fixture(scope="module")
 def upscaled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from megatron_scale.config import ScaleConfig
+    from megatron_scale.scale_config import ScaleConfig
     from megatron_scale.convert import convert_hf_to_megatron, upscale_checkpoint
     from tests.convert import _hf
 

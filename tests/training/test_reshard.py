@@ -1,4 +1,4 @@
-"""Resuming a run at another TP / PP / DP layout (training/reshard.py), the optimizer's state carried.
+"""Resuming a run at another TP / PP / DP layout (checkpoint/layout.py), the optimizer's state carried.
 
 Each case trains a tiny model without interruption for ITERS iterations at layout `from`, saving at
 iteration SAVE_AT (the entry, under torchrun). The iteration-SAVE_AT checkpoint is then resumed at
@@ -128,7 +128,7 @@ def _resume_and_resave(rank: int, world: int, argv: list[str]) -> dict[int, floa
 
 
 def _tensors(ckpt: Path) -> dict[str, torch.Tensor]:
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.reader import MegatronReader
 
     reader = MegatronReader(ckpt)
     return {k: reader.get(k) for k in reader.meta}
@@ -146,7 +146,7 @@ def _within_ulps(a: float, b: float, ulps: int) -> bool:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_resume_at_another_layout_carries_the_optimizer_state(work: dict, case: Case) -> None:
-    from megatron_scale.records import read_records
+    from megatron_scale.checkpoint.records import read_records
     from megatron_scale.training.config import parse
     from megatron_scale.training.plan import plan
 
@@ -203,31 +203,3 @@ def test_refusals_name_the_flag_and_the_reason(work: dict) -> None:
     nproc, flags = _flags(Case("full", "TP=1", "TP=1"), "TP=1", work)
     with pytest.raises(FlagError, match="trained without --use-distributed-optimizer; drop the flag"):
         plan(parse([*RUN, *flags, "--load", str(plain["save"])]), nproc)
-
-
-def test_old_dp_reshardable_state_resumes_only_at_its_grid() -> None:
-    """A checkpoint from before the layout record: its layout read off the tensor index (keys as
-    the previous release wrote them at DP=2), then resumable at its TP x PP only."""
-    from megatron_scale.records import DP_RESHARDABLE, _indexed_layout
-    from megatron_scale.training.reshard import check_resume, run_layout
-
-    keys = ["embedding.word_embeddings.weight", "rng_state/shard_0.0_1.1",
-            "optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1",
-            "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.exp_avg"]
-
-    class Index:
-        state_dict_metadata = dict.fromkeys(keys)
-
-    saved = _indexed_layout(Path("old"), Index())
-    assert saved is not None and (saved.tp, saved.pp, saved.dp) == (1, 1, None)
-    assert saved.optimizer_format == DP_RESHARDABLE and not saved.recorded
-    # the same grid loads as it is (megatron-core reshards dp_reshardable over DP itself)
-    assert check_resume(saved, run_layout(1, 1, 1, True), "--load old") is None
-    with pytest.raises(ValueError, match=r"dp_reshardable format .* saved at, .* cannot be resharded to TP=2 PP=1: "
-                                         r"resume it with --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"):
-        check_resume(saved, run_layout(2, 1, 1, True), "--load old")
-    with pytest.raises(ValueError, match="only --use-distributed-optimizer reads"):
-        check_resume(saved, run_layout(1, 1, 1, False), "--load old")
-    plain = _indexed_layout(Path("old"), type("I", (), {"state_dict_metadata": dict.fromkeys(
-        ["rng_state/shard_1.0_2.1", "optimizer.state.exp_avg.decoder.final_layernorm.weight"])})())
-    assert plain is not None and (plain.tp, plain.pp, plain.optimizer_format) == (1, 2, "model_space")

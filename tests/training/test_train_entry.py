@@ -8,8 +8,8 @@ A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations
   reproduces its uninterrupted run exactly: tests/training/test_kills.py);
 - after training, the Preserve model's preservation-head logits equal the base model's bitwise;
 - a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
-- each method trains exactly the parameters its formula counts; LLaMA-Pro's expanded model
-  computes the base function bitwise;
+- LLaMA-Pro's run starts at the base's loss and evaluates before its first step (what each method
+  trains, and its first weights from a base, are tests/methods/test_build_and_load.py's);
 - LoRA loaded from the base computes the base's logits bitwise at TP=1 and TP=2 with the same
   adapters at both; it trains at TP=2 as at TP=1 (1e-5), resumes from its checkpoint exactly, and
   its TP=2 checkpoint loads at TP=1; checkpoints with other LoRA settings are refused by name.
@@ -29,7 +29,8 @@ import pytest
 import torch
 
 from tests._dist import run_ranks
-from megatron_scale.testing.runs import MODEL, RUN, command, losses, make_dataset, records, train
+from tests.methods._loading import EntryModel, loaded, lora_checks
+from megatron_scale.testing.runs import RUN, command, losses, make_dataset, records, train
 
 ITERS = 10
 pytestmark = pytest.mark.dist
@@ -119,41 +120,6 @@ def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(work: di
     assert losses(recs) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
 
 
-class _Model:
-    """A model the training entry would build for these flags, and its loader (--load)."""
-
-    def __init__(self, method: str, tp: int = 1, *extra: str) -> None:
-        from megatron_scale.training.config import parse
-        from megatron_scale.training.plan import architecture, build_method
-
-        # --data-path is not read: these helpers only build models
-        cfg = parse([*MODEL, "--train-iters", "1", "--data-path", "unused", "--method", method,
-                     "--tensor-model-parallel-size", str(tp), *extra])
-        self.arch, self.tp = architecture(cfg), tp
-        self.method = build_method(cfg, self.arch)
-
-    def build(self) -> Any:
-        from megatron_scale.model.build import Kernels, Parallel, build_model
-
-        self.model = build_model(self.arch, self.method, Parallel(tp=self.tp), Kernels(initialize=True))
-        return self.model
-
-    def load(self, ckpt: str) -> str:
-        from megatron_scale.training.initial_weights import load_initial_weights
-
-        return load_initial_weights(self.model, ckpt, self.method, self.arch.num_layers)
-
-
-def _built(method: str, tp: int = 1, *extra: str) -> Any:
-    return _Model(method, tp, *extra).build()
-
-
-def _loaded(ckpt: str, method: str, tp: int = 1, *extra: str) -> tuple[Any, str]:
-    m = _Model(method, tp, *extra)
-    m.build()
-    return m.model, m.load(ckpt)
-
-
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
     from megatron_scale.checkpoint import load_checkpoint
     from megatron_scale.distributed import init_distributed
@@ -161,8 +127,8 @@ def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> di
     from tests import _tiny
 
     init_distributed(2, 1, device="cpu")
-    base = _loaded(base_ckpt, "full", 2)[0].to(_tiny.device()).eval()
-    built = _Model("scale-preserve", 2)
+    base = loaded(base_ckpt, "full", 2)[0].to(_tiny.device()).eval()
+    built = EntryModel("scale-preserve", 2)
     scale = built.build().to(_tiny.device()).eval()
     load_checkpoint(scale, scale_ckpt, method=built.method)
     b = _tiny.batch(seed=5)
@@ -192,61 +158,6 @@ def test_nan_loss_stops_naming_the_iteration(work: dict) -> None:
     assert len(ours) == 1 and "lm loss is nan" in ours[0], out.stderr[-2000:]
     skipped = train(1, work["root"] / "nan_skip.jsonl", *args, "--skip-nan")
     assert len(skipped) == 4 and any(r["skipped"] for r in skipped)
-
-
-def _trainable_counts(rank: int, world: int) -> dict[str, Any]:
-    from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.weights.state import load_global_state_dict
-    from megatron_scale.upscale.depth import expand_depth
-    from tests import _tiny
-
-    init_distributed(1, 1, device="cpu")
-    out: dict[str, Any] = {}
-    for method, extra in (("full", ()), ("freeze", ("--freeze-layers", "3")), ("scale-preserve", ()),
-                          ("scale-adapt", ()), ("scale-route", ()), ("llama-pro", ("--llama-pro-blocks", "2"))):
-        model = _built(method, 1, *extra)
-        out[method] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    for rank in (8, 2):  # 8: the default
-        model = _built("lora", 1, *(() if rank == 8 else ("--lora-rank", str(rank))))
-        out[f"lora-r{rank}"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    out["lora_trained_names"] = sorted({n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad})
-    # LLaMA-Pro's expanded model computes the base function exactly.
-    state = _tiny.base_state_dict(tied=True)
-    base = _tiny.build_base(_tiny.base_config(1), True, state).eval()
-    pro = _built("llama-pro", 1, "--llama-pro-blocks", "2").to(_tiny.device()).eval()
-    load_global_state_dict(pro, expand_depth(state, _tiny.LAYERS, 2))
-    b = _tiny.batch(seed=6)
-    with torch.no_grad():
-        out["llama_pro_bitwise"] = torch.equal(
-            pro(b["input_ids"], b["position_ids"], b["attention_mask"]),
-            base(b["input_ids"], b["position_ids"], b["attention_mask"]),
-        )
-    out["llama_pro_trainable_layers"] = sorted(
-        layer.layer_number - 1 for layer in pro.decoder.layers if any(p.requires_grad for p in layer.parameters())
-    )
-    return out
-
-
-def test_each_method_trains_what_its_formula_counts() -> None:
-    V, L, d, h, g, f = 96, 4, 64, 16, 8, 128
-    k = d // h
-    du, hu, gu, fu = d // 4, h // 4, g // 4, f // 4
-    layer = (h + 2 * g) * k * d + d * h * k + 2 * f * d + d * f + 2 * d   # qkv, proj, fc1, fc2, 2 norms
-    full = V * d + L * layer + d                                          # tied embedding, final norm
-    freeze = full - V * d - 3 * layer
-    per_layer_up = ((hu + 2 * gu) * k * (d + du) + du * (h + hu) * k       # [W21 W22] of qkv, proj
-                    + 2 * fu * (d + du) + du * (f + fu) + 2 * du)          # fc1, fc2, norm gains
-    preserve = V * du + V * du + L * per_layer_up + du                     # E_up, W_out_up, final gain
-    adapt = preserve + (L // 2) * ((h + 2 * g) * k * du + d * hu * k)      # W12: qkv, proj, upper half
-    def lora(r: int) -> int:  # A [r, in] and B [out, r] of qkv, proj, fc1, fc2 in every layer
-        return L * r * ((d + (h + 2 * g) * k) + (h * k + d) + (d + 2 * f) + (f + d))
-
-    got = run_ranks(_trainable_counts, 1)[0]
-    assert got.pop("llama_pro_bitwise")
-    assert got.pop("llama_pro_trainable_layers") == [2, 5]   # after each half of the 4 base layers
-    assert got.pop("lora_trained_names") == ["lora_a", "lora_b"]
-    assert got == {"full": full, "freeze": freeze, "scale-preserve": preserve, "scale-adapt": adapt,
-                   "scale-route": preserve, "llama-pro": 2 * layer, "lora-r8": lora(8), "lora-r2": lora(2)}
 
 
 @pytest.fixture(scope="module")
@@ -351,62 +262,8 @@ def test_lora_resumes_exactly(work: dict, lora_runs: dict) -> None:
         assert value == lora_runs["tp2"][it], it
 
 
-def _lora_checks(rank: int, world: int, base_ckpt: str, lora_ckpt: str) -> dict[str, Any]:
-    from megatron_scale import _mcore as mc
-    from megatron_scale.checkpoint import CheckpointError
-    from megatron_scale.distributed import init_distributed
-    from megatron_scale.model.layers.lora import is_lora_key
-    from megatron_scale.model.weights.state import global_state_dict, sharded_tensors
-    from tests import _tiny
-
-    def logits(model: Any) -> torch.Tensor:  # the whole vocabulary at any TP
-        with torch.no_grad():
-            z = model(b["input_ids"], b["position_ids"], b["attention_mask"])
-            return mc.gather_from_tensor_model_parallel_region(z) if z.shape[-1] < _tiny.VOCAB else z
-
-    def refused(fn: Any) -> str:
-        try:
-            fn()
-        except (CheckpointError, ValueError) as e:
-            return str(e)
-        return ""
-
-    init_distributed(1, 1, device="cpu")  # TP=1 (x DP=2), then TP=2
-    b = _tiny.batch(seed=7)
-    out: dict[Any, Any] = {}
-    for tp in (1, 2):
-        if tp == 2:
-            mc.parallel_state.destroy_model_parallel()
-            mc.parallel_state.initialize_model_parallel(2)
-            mc.model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True)
-        base = _loaded(base_ckpt, "full", tp)[0].to(_tiny.device()).eval()
-        fresh, kind = _loaded(base_ckpt, "lora", tp)
-        fresh = fresh.to(_tiny.device()).eval()
-        r: dict[str, Any] = {"kind_base": kind}
-        r["bitwise"] = torch.equal(logits(fresh), logits(base))
-        keys = {st.key for _, st in sharded_tensors(fresh)}
-        r["base_keys_kept"] = {k for k in keys if not is_lora_key(k)} == {st.key for _, st in sharded_tensors(base)}
-        r["lora_keys"] = sorted(k for k in keys if is_lora_key(k))
-        r["fresh"] = {k: v for k, v in global_state_dict(fresh).items() if is_lora_key(k)}
-        trained, r["kind_lora"] = _loaded(lora_ckpt, "lora", tp)  # saved at TP=2
-        trained = trained.to(_tiny.device()).eval()
-        r["trained"] = global_state_dict(trained)
-        r["trained_logits"] = logits(trained)
-        r["moved"] = float((r["trained_logits"] - logits(base)).abs().max())
-        out[tp] = r
-    out["into_full"] = refused(lambda: _loaded(lora_ckpt, "full", 2))
-    out["alpha"] = refused(lambda: _loaded(lora_ckpt, "lora", 2, "--lora-alpha", "32"))
-    out["rank"] = refused(lambda: _loaded(lora_ckpt, "lora", 2, "--lora-rank", "4"))
-    # a base checkpoint of another shape: one error naming --load and the offending key
-    out["other_shape"] = refused(lambda: _loaded(base_ckpt, "full", 2, "--ffn-hidden-size", "64"))
-    dropped = _loaded(lora_ckpt, "lora", 2, "--lora-dropout", "0.5")[0].to(_tiny.device())
-    out["dropout_eval_same"] = torch.equal(logits(dropped.eval()), out[2]["trained_logits"])
-    out["dropout_train_differs"] = not torch.equal(logits(dropped.train()), out[2]["trained_logits"])
-    return out
-
-
 def test_lora_starts_at_the_base_and_its_checkpoints_reshard(work: dict, lora_runs: dict) -> None:
-    for r in run_ranks(_lora_checks, 2, work["base_ckpt"], lora_runs["ckpt"]):
+    for r in run_ranks(lora_checks, 2, work["base_ckpt"], lora_runs["ckpt"]):
         for tp in (1, 2):
             assert r[tp]["kind_base"] == "base+lora" and r[tp]["kind_lora"] == "lora", tp
             assert r[tp]["bitwise"], tp                   # B = 0: the base function, bitwise
@@ -467,7 +324,7 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
     from pathlib import Path
 
     from megatron_scale.training.config import parse
-    from megatron_scale.records import read_records
+    from megatron_scale.checkpoint.records import read_records
     from megatron_scale.training.plan import FlagError, plan
 
     rec = read_records(work["base_ckpt"]).model_args
@@ -501,7 +358,7 @@ def test_decoupled_lr_gives_the_expansion_tables_their_own_lr(work: dict, preser
     output parameters, at their own LR. At 0 they keep their zero init while the rest of the
     expansion learns (in the uninterrupted Preserve run they moved); the checkpoint records it and
     a resume with another is refused by name, before any step."""
-    from megatron_scale.convert.megatron_io import MegatronReader
+    from megatron_scale.checkpoint.reader import MegatronReader
 
     save = work["root"] / "decoupled0"
     got = losses(train(1, work["root"] / "decoupled0.jsonl", "--method", "scale-preserve", "--train-iters", "4",

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import check_router
+from megatron_scale.scale_config import check_router
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
 from megatron_scale.model.layers.route_units import unit_starts
 from megatron_scale.model.layers.routing import route

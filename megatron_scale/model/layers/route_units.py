@@ -59,7 +59,7 @@ def piece_code(piece: bytes) -> int:
 
 
 def piece_codes(pieces: Sequence[bytes], vocab_size: int | None = None) -> torch.Tensor:
-    """[vocab_size] uint8 codes of every token id's bytes (route_eval.units.token_bytes); ids past
+    """[vocab_size] uint8 codes of every token id's bytes (data/tokenizer.py token_bytes); ids past
     the tokenizer's (a padded vocabulary) are special: units of their own."""
     n = len(pieces) if vocab_size is None else vocab_size
     if n < len(pieces):

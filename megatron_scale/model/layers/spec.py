@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from megatron_scale import _mcore as mc
-from megatron_scale.config import ScaleDims
+from megatron_scale.scale_config import ScaleDims
 from megatron_scale.model.layers.linear import ScaleColumnParallelLinear, ScaleRowParallelLinear
 from megatron_scale.model.layers.norm import RMSNorm, SplitRMSNorm
 from megatron_scale.model.layers.partition import BlockSplit

@@ -3,7 +3,7 @@
 Nothing here imports it at module import time: Transformer Engine needs an NVIDIA driver even to
 import, and the package must work (and name the flag that needs TE) without it. `te_pytorch` is
 what every TE-backed module calls to get `transformer_engine.pytorch`; tests on machines without
-a GPU may hand it a stand-in with the same interface (tests/model/test_te_backend.py).
+a GPU may hand it a stand-in with the same interface (tests/model/layers/test_te_backend.py).
 
 FP8 follows megatron-core: --fp8-format (hybrid | e4m3) and --fp8-recipe (delayed | tensorwise) set
 TransformerConfig.fp8 / fp8_recipe, and megatron-core's TransformerBlock enters TE's FP8 autocast

@@ -30,7 +30,7 @@ features; and it adds the gradient of a returned norm output after its own TP re
 wrong for a consumer whose gradient is partial on each rank, as the new rows' is. The split norm
 (norm.py) stays a module of its own in front of these linears.
 
-Only the GEMM-composition code here can run without a GPU (tests/model/test_te_backend.py hands
+Only the GEMM-composition code here can run without a GPU (tests/model/layers/test_te_backend.py hands
 `te_pytorch` a torch stand-in); TE itself is exercised by the `gpu` tests.
 """
 

@@ -2,6 +2,6 @@
 
     keys.py      the checkpoint key tables (base and expansion tensors)
     state.py     global state dicts of a sharded model: gather, load, map
-    digest.py    the frozen base's digest, verified at every load
     layout.py    megatron-core's fused qkv and gate/up layouts, as pure tensor functions
+(The frozen base's digest, verified at every load, is the checkpoint wing's: checkpoint/digest.py.)
 """

@@ -1,0 +1,41 @@
+"""Helpers of the recipe's tests: settings as the launcher hands them over, and the commands
+the steps resolve to."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from megatron_scale.recipe.settings import Settings
+from megatron_scale.recipe.steps import Command, actions
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def settings(work: Path, **env: str) -> Settings:
+    return Settings.from_env({"WORKDIR": str(work), **env})
+
+
+def sourced_env(config: str, **env: str) -> dict[str, str]:
+    """The environment the launcher hands the recipe: `set -a; source CONFIG` over `env`."""
+    base = {"PATH": os.environ["PATH"], "HOME": "/home/u", **env}
+    out = subprocess.run(["bash", "-c", 'set -a; source "$0"; set +a; env -0', config], env=base, cwd=REPO,
+                         check=True, capture_output=True, text=True).stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if item)
+
+
+def resolved(s: Settings) -> list[Command | str]:
+    return [a.resolve() for a in actions(s)]
+
+
+def train_args(s: Settings, method: str) -> list[str]:
+    (cmd,) = [c for c in resolved(s) if isinstance(c, Command) and c.kind == "train"
+              and c.args[c.args.index("--method") + 1] == method and "--data-path" in c.args
+              and "ko_train" in c.args[c.args.index("--data-path") + 1]]
+    return list(cmd.args)
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+

@@ -1,0 +1,103 @@
+"""The real model's frontier (reports/recipe_frontier.py, tools/recipe_frontier.py) on hand-made recipe
+outputs whose scores are worked out by hand."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron_scale.reports.recipe_frontier import Spec, runs_of, scores, sweep_curves, training_curve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _metrics(path: Path, evals: dict[int, dict[str, float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [{"kind": "train", "iteration": 1, "lm_loss": 9.0}]
+    for it, losses in evals.items():
+        lines += [{"kind": f"eval/{name}", "iteration": it, "lm_loss": loss, "ppl": math.exp(loss)}
+                  for name, loss in losses.items()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def _workdir(root: Path) -> Path:
+    # full: Korean loss 2.0 -> 1.5 -> 1.0 while English 4.0 -> 5.0 -> 8.0; Preserve keeps English
+    _metrics(root / "runs" / "full" / "metrics.jsonl",
+             {0: {"en": 4.0, "ko": 2.0, "en_modern": 3.0}, 8: {"en": 5.0, "ko": 1.5, "en_modern": 3.3},
+              16: {"en": 8.0, "ko": 1.0, "en_modern": 6.0}})
+    _metrics(root / "runs" / "scale-preserve" / "metrics.jsonl",
+             {0: {"en": 4.0, "ko": 2.0, "en_modern": 3.0}, 16: {"en": 4.0, "ko": 1.7, "en_modern": 3.0}})
+    sweep = {"old": "en", "new": "ko", "metric": "ppl",
+             "heads": {"en": {"z_p": math.exp(4.0), "z_a": math.exp(5.0)}, "ko": {"z_p": math.exp(2.0), "z_a": math.exp(1.0)}},
+             "statistics": {"cosine": {"calibration": {"tau": 0.5}, "points": [{"tau": 0.1, "en": math.exp(5.0), "ko": math.exp(1.0)},
+                                                  {"tau": 0.5, "en": math.exp(4.0), "ko": math.exp(1.6)},
+                                                  {"tau": 0.9, "en": math.exp(4.0), "ko": math.exp(2.0)}]}}}
+    (root / "runs" / "scale-route" / "sweep").mkdir(parents=True)
+    (root / "runs" / "scale-route" / "sweep" / "sweep.json").write_text(json.dumps(sweep))
+    _metrics(root / "runs" / "scale-route" / "metrics.jsonl",
+             {0: {"en": 4.0, "ko": 2.0, "en_modern": 3.0}, 16: {"en": 4.0, "ko": 2.0, "en_modern": 3.0}})
+    return root
+
+
+def test_scores_are_ratios_of_bits_per_byte_against_the_base(tmp_path: Path) -> None:
+    assert scores(4.0, 2.0, 4.0, 2.0) == (0.0, 1.0)  # the base itself
+    # Korean at half the base's bits per byte, English at twice: learning 0.5, retention 0.5
+    assert scores(8.0, 1.0, 4.0, 2.0) == (0.5, 0.5)
+    root = _workdir(tmp_path)
+    curve = training_curve(root / "runs" / "full" / "metrics.jsonl", "en", "ko")
+    assert [v for p in curve for v in p] == pytest.approx([0.0, 1.0, 0.25, 0.8, 0.5, 0.5])
+    # the router sweep is scored against z_p on its own windows: tau 0.1 is z_a everywhere
+    (route,) = sweep_curves(root / "runs" / "scale-route" / "sweep" / "sweep.json", "scale-route", 1e-3, "en", "ko")
+    assert route.method == "scale-route[cosine]" and route.lr == 1e-3
+    assert [v for p in route.curve for v in p] == pytest.approx([0.5, 0.8, 0.2, 1.0, 0.0, 1.0])
+    runs = runs_of([Spec.parse(f"{root}:full:1e-3"), Spec.parse(f"{root}:scale-route:1e-3")])
+    assert [r.method for r in runs] == ["full", "scale-route", "scale-route[cosine]"]
+
+
+def test_bad_runs_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"expected \[NAME=\]WORKDIR:METHOD:LR"):
+        Spec.parse("runs/x:full")
+    with pytest.raises(ValueError, match="NAME without"):
+        Spec.parse("full[x]=runs/x:full:1e-3")
+    assert Spec.parse("slow-out=runs/x:scale-preserve:3e-3") == Spec(Path("runs/x"), "scale-preserve", 3e-3, "slow-out")
+    with pytest.raises(ValueError, match="the LR 'fast' is not a number"):
+        Spec.parse("runs/x:full:fast")
+    with pytest.raises(FileNotFoundError, match="no metrics file"):
+        runs_of([Spec.parse(f"{tmp_path}:full:1e-3")])
+    other = _workdir(tmp_path / "wd") / "runs" / "scale-route" / "sweep" / "sweep.json"
+    with pytest.raises(ValueError, match="swept 'en' against 'ko'"):  # a sweep of other sets than the frontier's
+        sweep_curves(other, "scale-route", 1e-3, "en_modern", "ko")
+    _metrics(tmp_path / "m.jsonl", {4: {"en": 4.0, "ko": 2.0}})
+    with pytest.raises(ValueError, match="no iteration-0 evaluation"):
+        training_curve(tmp_path / "m.jsonl", "en", "ko")
+    _metrics(tmp_path / "m.jsonl", {0: {"en": 4.0, "ko": 2.0}, 4: {"en": 4.0}})
+    with pytest.raises(ValueError, match="iteration 4 has no evaluation of ko"):
+        training_curve(tmp_path / "m.jsonl", "en", "ko")
+
+
+def test_the_tool_writes_the_table_the_plot_and_every_runs_last_evaluation(tmp_path: Path) -> None:
+    root = _workdir(tmp_path / "wd")
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "tools" / "recipe_frontier.py"), "--out", str(out),
+           f"{root}:full:1e-3", f"{root}:scale-preserve:1e-3", f"{root}:scale-route:1e-3",
+           f"again={root}:scale-preserve:1e-3", "--levels", "0.1", "0.4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (out / "frontier.md").read_text()
+    # full at learning 0.1: 0.4 of the way from (0, 1) to (0.25, 0.8) -> 0.92; at 0.4: 0.8 - 0.3 * 0.6 = 0.62
+    assert "| full | 1 | 0.920 | 0.620 |" in table, table
+    assert "| scale-preserve | 1 | 1.000 | not reached |" in table, table  # learns 0.15 (2.0 -> 1.7), keeps English
+    # Route's cosine sweep in tau order (0.5, 0.8), (0.2, 1.0), (0, 1): 1.0 at 0.1; at 0.4,
+    # 0.8 + 0.2 * (0.1 / 0.3)
+    assert "| scale-route[cosine] | 1 | 1.000 | 0.867 |" in table, table
+    final = (out / "final.md").read_text()
+    assert "| full | 0.001 | 16 | +100.0% | +100.0% | -50.0% |" in final.replace(" |  |", " |"), final
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "frontier.json").read_text())
+    assert [s["method"] for s in doc["specs"]] == ["full", "scale-preserve", "scale-route", "scale-preserve"]
+    assert "| again | 1 | 1.000 | not reached |" in table and "| again | 0.001 | 16 |" in final  # a named variant
+    bad = subprocess.run([*cmd[:4], f"{root}:lora:1e-3"], capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "no metrics file" in bad.stderr and "lora" in bad.stderr

@@ -1,0 +1,111 @@
+"""megatron_scale/artifacts.py: the one atomic write is atomic (a reader sees the old file or the
+new one, a failed write leaves the old one and no temporary) and durable (the file and then its
+folder fsynced, in that order), and each file's "is it current?" answers from what the file holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from megatron_scale import artifacts
+from megatron_scale.artifacts import atomic_write
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "folder" / "f.json"
+    atomic_write(path, "héllo\n")  # str: UTF-8; the folder made
+    assert path.read_bytes() == "héllo\n".encode()
+    atomic_write(path, b"\x00\x01")
+    assert path.read_bytes() == b"\x00\x01" and os.listdir(path.parent) == ["f.json"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f.txt"
+    atomic_write(path, "old")
+
+    def broken(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(path, "new")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_the_file_then_its_folder_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(tmp_path / "f.txt", "x")
+    assert len(synced) == 2 and synced[0].startswith(str(tmp_path / "f.txt.")) and synced[0].endswith(".partial")
+    assert synced[1] == str(tmp_path)  # after the rename: the rename itself is on disk
+
+
+def test_the_floor_imports_without_site_packages() -> None:
+    code = "import megatron_scale.artifacts, megatron_scale.method_catalog, megatron_scale.flags"
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=Path(__file__).resolve().parents[1],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_each_file_says_whether_it_is_current(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "full"
+    marker = artifacts.TRACKER.path(tmp_path, method="full")
+    assert marker == run / "latest_checkpointed_iteration.txt"
+    assert not artifacts.TRACKER.current(marker, 1) and artifacts.saved_iterations(run) == 0
+    run.mkdir(parents=True)
+    marker.write_text("40\n")
+    assert artifacts.TRACKER.current(marker, 40) and not artifacts.TRACKER.current(marker, 41)
+
+    sizes = artifacts.TEXT_BYTES.path(tmp_path)
+    assert not artifacts.TEXT_BYTES.current(sizes, "tok", {"en": "/d/en"})  # missing
+    atomic_write(sizes, json.dumps({"tokenizer": "tok", "sets": {"en": {"prefix": "/d/en", "bytes": 3}}}))
+    assert artifacts.TEXT_BYTES.current(sizes, "tok", {"en": "/d/en"})
+    assert not artifacts.TEXT_BYTES.current(sizes, "other", {"en": "/d/en"})
+    assert not artifacts.TEXT_BYTES.current(sizes, "tok", {"en": "/d/en", "ko": "/d/ko"})
+    sizes.write_text("{not json")
+    assert not artifacts.TEXT_BYTES.current(sizes, "tok", {"en": "/d/en"})
+
+    scores = artifacts.BENCHMARK.path(tmp_path, model="base")
+    atomic_write(scores, json.dumps({"checkpoint": "/c", "limit": 50, "results": {"b": {}, "a": {}}}))
+    assert artifacts.BENCHMARK.current(scores, "/c", ["a", "b"], 50)
+    assert not artifacts.BENCHMARK.current(scores, "/c", ["a"], 50)
+    assert not artifacts.BENCHMARK.current(scores, "/c", ["a", "b"], None)
+
+    sweep = artifacts.SWEEP.path(tmp_path, method="scale-route")
+    atomic_write(sweep, json.dumps({"settings": {"load": "/c", "samples": 4, "extra": 1}}))
+    assert artifacts.SWEEP.current(sweep, {"load": "/c", "samples": 4})
+    assert not artifacts.SWEEP.current(sweep, {"load": "/c", "samples": 8})
+
+    metrics = artifacts.METRICS.path(tmp_path, method="full")
+    metrics.write_text("{}\n")
+    results = artifacts.RESULTS.path(tmp_path)
+    atomic_write(results, json.dumps({"runs": [{"method": "full"}], "failed": {"lora": "why"}}))
+    assert artifacts.RESULTS.current(results, ["full"], {"lora": "why"}, [metrics])
+    assert not artifacts.RESULTS.current(results, ["full"], {}, [metrics])
+    os.utime(metrics, (time.time() + 5,) * 2)  # an input newer than the report
+    assert not artifacts.RESULTS.current(results, ["full"], {"lora": "why"}, [metrics])
+
+    hf = tmp_path / "hf" / "full"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
+    out = artifacts.GENERATIONS.path(tmp_path)
+    atomic_write(out, json.dumps({"full": {}}))
+    assert artifacts.GENERATIONS.current(out, {"full": hf})
+    assert not artifacts.GENERATIONS.current(out, {"base": tmp_path, "full": hf})  # another model, or order
+    assert all(a.writer and a.readers and a.holds for a in artifacts.ARTIFACTS)
