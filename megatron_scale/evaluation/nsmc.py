@@ -7,8 +7,12 @@ The items are tools/prepare_nsmc.py's bench.jsonl in the folder NSMC_DIR names (
 the sha256 its splits.json records): reviews of movies that are in neither the training nor the
 held-out text, the same number of each label (a constant answer scores 50%). Two tasks:
 
-    nsmc       the test part, the frozen benchmark
-    nsmc_dev   the dev part (other movies), on which the prompt form was chosen
+    nsmc        the test part, the frozen benchmark
+    nsmc_dev    the dev part (other movies), on which the prompt form was chosen
+    nsmc_order  the test part's reviews as word-order minimal pairs: the review as written against
+                its words in a seeded shuffled order, after the same prompt; the model should find
+                the written order likelier (Korean fluency, not sentiment; SmolLM2-135M is at
+                chance on sentiment in every form tried, docs/evaluation.md)
 
 `FORMS` are the prompt and label-word forms tried on the dev part (docs/evaluation.md gives
 their dev accuracies); `FROZEN` is the one chosen, the tasks' default variant. Another form is a
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,10 +121,50 @@ def items(rows: list[dict[str, Any]], part: str, form: str) -> list[Item]:
     return [FORMS[form].item(r) for r in rows if r["part"] == part]
 
 
+ORDER_PROMPT = "영화 리뷰:"
+"""nsmc_order's context ("movie review:"), the same for both choices."""
+ORDER_MIN_WORDS = 3
+"""nsmc_order leaves out reviews of fewer distinct words (no order worth judging)."""
+
+
+def shuffled_words(words: list[str], rng: random.Random) -> list[str] | None:
+    """`words` in another order drawn from `rng` (None if no draw of 20 differs: all words alike)."""
+    for _ in range(20):
+        perm = list(words)
+        rng.shuffle(perm)
+        if perm != words:
+            return perm
+    return None
+
+
+def order_items(rows: list[dict[str, Any]], part: str, seed: int) -> list[Item]:
+    """nsmc_order's items: each review of `part` with at least ORDER_MIN_WORDS distinct words, as
+    two continuations after ORDER_PROMPT, the written order and a shuffled one, in a seeded order
+    (gold is the written one's place). Whitespace is normalised to single spaces in both, so the
+    two continuations hold the same characters and, word by word, the same tokens."""
+    out = []
+    for r in rows:
+        words = r["text"].split()
+        if r["part"] != part or len(set(words)) < ORDER_MIN_WORDS:
+            continue
+        rng = random.Random(f"nsmc_order:{seed}:{r['id']}")
+        other = shuffled_words(words, rng)
+        if other is None:
+            continue
+        gold = rng.randrange(2)
+        pair = [" " + " ".join(words), " " + " ".join(other)]
+        if gold == 1:
+            pair.reverse()
+        out.append(Item(doc_id=str(r["id"]), contexts=(ORDER_PROMPT, ORDER_PROMPT), continuations=tuple(pair), gold=gold))
+    return out
+
+
 def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike | None = None
               ) -> tuple[list[Item], dict[str, Any]]:
-    """The items of task `name` (nsmc or nsmc_dev) in form `variant` (default FROZEN), and where
-    they came from, as tasks.load_task returns them."""
+    """The items of task `name` (nsmc or nsmc_dev in form `variant`, default FROZEN; or
+    nsmc_order), and where they came from, as tasks.load_task returns them."""
+    if name == "nsmc_order":
+        return _load_order(folder)
     form = FROZEN if variant in (None, "frozen") else variant
     if form not in FORMS:
         raise TaskError(f"--variant {form}: {name}'s prompt forms are {', '.join(FORMS)} (the benchmark's: {FROZEN})")
@@ -133,3 +178,16 @@ def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike |
                     "variant": form, "split": part, "num_fewshot": 0,
                     "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
                     "acc_norm": FORMS[form].contexts[0] == FORMS[form].contexts[1]}
+
+
+def _load_order(folder: str | os.PathLike | None) -> tuple[list[Item], dict[str, Any]]:
+    path = bench_dir(folder)
+    rows, splits = read_bench(path)
+    seed = int(splits.get("seed") or 0)
+    chosen = order_items(rows, "test", seed)
+    if len(chosen) < 2:
+        raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} test reviews of {ORDER_MIN_WORDS}+ distinct words")
+    return chosen, {"source": f"NSMC {path / 'bench.jsonl'} (test part, word-order pairs; movies in no training or "
+                              "held-out text)", "variant": "order", "split": "test", "num_fewshot": 0,
+                    "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
+                    "acc_norm": False}

@@ -61,6 +61,7 @@ TASKS = {t.name: t for t in (
     TaskSpec(name="csqa", source="csqa", variant="rc_0shot", norm=False),
     TaskSpec(name="nsmc", source="nsmc", variant="frozen", norm=True),
     TaskSpec(name="nsmc_dev", source="nsmc", variant="frozen", norm=True),
+    TaskSpec(name="nsmc_order", source="nsmc", variant="order", norm=False),
 )}
 
 

@@ -165,3 +165,30 @@ def test_scores_equal_the_harness_on_a_tiny_model(folder: Path, tmp_path: Path, 
             assert ours[f"{key}_stderr"] == pytest.approx(mean_stderr(values), abs=1e-12)
         if form == "en_cloze":  # acc_norm divides by the label word's length: here it can choose otherwise
             assert any(i["pred"] != i["pred_norm"] for i in ours["per_item"]), "acc_norm not exercised"
+
+
+def test_order_items_are_the_test_reviews_against_their_words_shuffled(folder: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsmc_order: each test review of 3+ distinct words once, after the same prompt, against the same
+    words in another order; gold marks the written order, whose place is drawn (both places occur);
+    the same folder gives the same items; acc only."""
+    from megatron_scale.evaluation.nsmc import ORDER_PROMPT
+
+    monkeypatch.setenv("NSMC_DIR", str(folder))
+    order, where = load_task("nsmc_order")
+    rows = {r["id"]: r for r in _bench(folder, "test")}
+    eligible = [i for i, r in rows.items() if len(set(r["text"].split())) >= 3]
+    assert [i.doc_id for i in order] == [str(i) for i in eligible] and len(order) >= 2
+    assert where["split"] == "test" and where["variant"] == "order" and where["acc_norm"] is False
+    for item in order:
+        written = " " + " ".join(rows[item.doc_id]["text"].split())
+        other = item.continuations[1 - item.gold]
+        assert item.contexts == (ORDER_PROMPT, ORDER_PROMPT) and item.continuations[item.gold] == written
+        assert other != written and sorted(other.split()) == sorted(written.split())
+    again, _ = load_task("nsmc_order")
+    assert again == order
+    from megatron_scale.evaluation.nsmc import order_items
+    many = order_items([{"id": n, "text": "정말 재밌는 영화 였다", "part": "test"} for n in range(40)], "test", 1234)
+    golds = [i.gold for i in many]
+    assert 10 < sum(golds) < 30, golds  # the written order's place is drawn per review, not fixed
+    assert order_items([{"id": 1, "text": "최고 최고 최고", "part": "test"}], "test", 1234) == []  # one word only

@@ -26,7 +26,7 @@ def test_the_nsmc_config_trains_on_nsmc_and_reads_it_as_new_language(tmp_path: P
     assert (s.ko_train_input, s.ko_eval_input, s.en_eval_input) == (
         str(nsmc / "train.jsonl"), str(nsmc / "heldout.jsonl"), str(raw / "en_valid.jsonl"))
     assert s.new_eval == (f"ko_legal={raw / 'ko_valid.jsonl'}",) and len(s.extra_eval) == 2
-    assert (s.methods, s.benchmarks, s.benchmark_limit, s.demo_model) == (("full",), "arc_easy,nsmc", 0, True)
+    assert (s.methods, s.benchmarks, s.benchmark_limit, s.demo_model) == (("full",), "arc_easy,nsmc,nsmc_order", 0, True)
     got = [a.resolve() for a in actions(s)]
     cmds = [list(c.args) for c in got if isinstance(c, Command)]
     inputs = [c[c.index("--input") + 1] for c in cmds if c[0] == "tools/preprocess_data.py"]
@@ -36,7 +36,7 @@ def test_the_nsmc_config_trains_on_nsmc_and_reads_it_as_new_language(tmp_path: P
     evals = train.args[train.args.index("--eval-data-path") + 1:train.args.index("--eval-iters")]
     assert [e.split("=")[0] for e in evals] == ["en", "ko", "en_modern", "en_passages", "ko_legal"]
     bench = [c for c in cmds if c[0] == "tools/eval_benchmarks.py"]
-    assert len(bench) == 2 and all(c[c.index("--tasks") + 1] == "arc_easy,nsmc" and "--limit" not in c for c in bench)
+    assert len(bench) == 2 and all(c[c.index("--tasks") + 1] == "arc_easy,nsmc,nsmc_order" and "--limit" not in c for c in bench)
 
 
 def test_the_report_step_reads_new_eval_as_learning(tmp_path: Path) -> None:
