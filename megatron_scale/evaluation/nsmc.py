@@ -48,6 +48,9 @@ class Form:
     """The context of each choice (the same for a label form)."""
     continuations: tuple[str, str]
     """The continuation of each choice, its leading space (the harness's target delimiter) included."""
+    norm: bool = True
+    """Whether acc_norm is reported: not for a channel form (its choices are prompts) nor for a form
+    whose label words' lengths alone decide it (en_cloze: every review one way, measured)."""
 
     def item(self, row: dict[str, Any]) -> Item:
         fill = {"review": row["text"]}
@@ -55,27 +58,27 @@ class Form:
                     continuations=tuple(c.format(**fill) for c in self.continuations), gold=int(row["label"]))
 
 
-def _label(prompt: str, negative: str, positive: str) -> Form:
-    return Form(contexts=(prompt, prompt), continuations=(f" {negative}", f" {positive}"))
+def _label(prompt: str, negative: str, positive: str, norm: bool = True) -> Form:
+    return Form(contexts=(prompt, prompt), continuations=(f" {negative}", f" {positive}"), norm=norm)
 
 
 def _channel(negative: str, positive: str) -> Form:
-    return Form(contexts=(negative, positive), continuations=(" {review}", " {review}"))
+    return Form(contexts=(negative, positive), continuations=(" {review}", " {review}"), norm=False)
 
 
 FORMS = {
     "ko_label": _label("리뷰: {review}\n감정:", "부정", "긍정"),
     "en_label": _label("Review: {review}\nSentiment:", "negative", "positive"),
     "ko_cloze": _label("{review}\n한마디로 이 영화는", "최악", "최고"),
-    "en_cloze": _label("Movie review: {review}\nIn one word, the movie was", "terrible", "great"),
+    "en_cloze": _label("Movie review: {review}\nIn one word, the movie was", "terrible", "great", norm=False),
     "ko_channel": _channel("부정적인 영화 리뷰:", "긍정적인 영화 리뷰:"),
     "en_channel": _channel("A negative movie review:", "A positive movie review:"),
 }
 FROZEN = "en_cloze"
 """The form the benchmark uses, chosen on nsmc_dev with SmolLM2-135M-Instruct: the highest acc of the
-six (56.5 +- 3.5 %; the others 48.5-52.5; docs/evaluation.md, "NSMC"). Its acc is the score: its
-acc_norm divides by the label words' lengths (" terrible" 9 characters, " great" 6), which moves
-every answer to one side."""
+six (56.5 +- 3.5 %; the others 48.5-52.5; docs/evaluation.md, "NSMC"). Its score is acc alone:
+acc_norm would divide by the label words' lengths (" terrible" 9 characters, " great" 6), which
+moved every answer to one side (50.0 on dev and test)."""
 PARTS = {"nsmc": "test", "nsmc_dev": "dev"}
 
 
@@ -177,7 +180,7 @@ def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike |
     return chosen, {"source": f"NSMC {path / 'bench.jsonl'} ({part} part; movies in no training or held-out text)",
                     "variant": form, "split": part, "num_fewshot": 0,
                     "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
-                    "acc_norm": FORMS[form].contexts[0] == FORMS[form].contexts[1]}
+                    "acc_norm": FORMS[form].norm}
 
 
 def _load_order(folder: str | os.PathLike | None) -> tuple[list[Item], dict[str, Any]]:
