@@ -25,3 +25,22 @@ def requires_te(fn):  # noqa: ANN001, ANN201 (a decorator)
     """Mark a test as needing NVIDIA Transformer Engine: the `te` marker plus a skip that says why."""
     skip = pytest.mark.skipif(not te_available(), reason=f"needs NVIDIA Transformer Engine: {te_reason()}")
     return pytest.mark.te(skip(fn))
+
+
+# The slowest files first (the suite's --durations on the 2-core machine, 2026-11-27: the kill trials
+# 386 s, the Slurm array 274 s of set-up, the Slurm pipeline, the SmolLM2 demo tests). With
+# `--dist loadfile` (tests/run.sh) each file goes to the next free worker in collection order, so a
+# long file collected last ran alone at the end while the other worker sat idle.
+SLOW_FIRST = (
+    "tests/training/test_kills.py",
+    "tests/examples/test_scale_korean_array.py",
+    "tests/examples/test_scale_korean_slurm.py",
+    "tests/demo/test_smollm2.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """SLOW_FIRST's files first, in that order; every other file after them in collection order
+    (a stable sort: each file's tests stay together and in their order)."""
+    rank = {path: n for n, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
