@@ -35,6 +35,8 @@ def languages() -> tuple[str, ...]:
 
 
 def check_language(lang: str) -> str:
+    if lang in ("auto", *KOREAN):  # known without the Punkt package, which splitting English needs, not this check
+        return lang
     if lang not in languages():
         raise ValueError(f"--lang {lang}: expected auto, ko or a Punkt language ({', '.join(punkt_languages())})")
     return lang
