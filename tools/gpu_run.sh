@@ -216,7 +216,7 @@ run_science() {
     tiny=(--min-iters 40)   # above WARMUP_ITERS
   fi
   # model, data and a short full fine-tuning: its tokens/s size the waves
-  phase calibrate 240 env WORKDIR="$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 \
+  phase calibrate 240 env WORKDIR="$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 LOG_INTERVAL=1 \
     ROUTE_SWEEP=0 BENCHMARKS="" MASTER_PORT=29400 bash examples/scale_korean.sh || finish 1
   local wave=$((BUDGET - (SECONDS - T0) - 120))   # what is left, less the frontier and packing
   phase plan 30 "$PY" tools/gpu_run_plan.py --metrics "$cal/runs/full/metrics.jsonl" --seconds "${WAVE_SECONDS:-$wave}" \
