@@ -79,7 +79,7 @@ FROZEN = "en_cloze"
 six (56.5 +- 3.5 %; the others 48.5-52.5; docs/evaluation.md, "NSMC"). Its score is acc alone:
 acc_norm would divide by the label words' lengths (" terrible" 9 characters, " great" 6), which
 moved every answer to one side (50.0 on dev and test)."""
-PARTS = {"nsmc": "test", "nsmc_dev": "dev"}
+PARTS = {"nsmc": "test", "nsmc_dev": "dev", "nsmc_order": "test"}
 
 
 def bench_dir(folder: str | os.PathLike | None = None) -> Path:
@@ -166,31 +166,22 @@ def load_nsmc(name: str, variant: str | None = None, folder: str | os.PathLike |
               ) -> tuple[list[Item], dict[str, Any]]:
     """The items of task `name` (nsmc or nsmc_dev in form `variant`, default FROZEN; or
     nsmc_order), and where they came from, as tasks.load_task returns them."""
-    if name == "nsmc_order":
-        return _load_order(folder)
-    form = FROZEN if variant in (None, "frozen") else variant
-    if form not in FORMS:
+    order = name == "nsmc_order"
+    form = "order" if order else FROZEN if variant in (None, "frozen") else variant
+    if not order and form not in FORMS:
         raise TaskError(f"--variant {form}: {name}'s prompt forms are {', '.join(FORMS)} (the benchmark's: {FROZEN})")
     path = bench_dir(folder)
     rows, splits = read_bench(path)
     part = PARTS[name]
-    chosen = items(rows, part, form)
+    if order:
+        chosen = order_items(rows, part, int(splits.get("seed") or 0))
+        what, kind = f"{part} reviews of {ORDER_MIN_WORDS}+ distinct words", "word-order pairs; "
+    else:
+        chosen = items(rows, part, form)
+        what, kind = f"{part} items", ""
     if len(chosen) < 2:
-        raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} {part} items")
-    return chosen, {"source": f"NSMC {path / 'bench.jsonl'} ({part} part; movies in no training or held-out text)",
+        raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} {what}")
+    return chosen, {"source": f"NSMC {path / 'bench.jsonl'} ({part} part; {kind}movies in no training or held-out text)",
                     "variant": form, "split": part, "num_fewshot": 0,
                     "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
-                    "acc_norm": FORMS[form].norm}
-
-
-def _load_order(folder: str | os.PathLike | None) -> tuple[list[Item], dict[str, Any]]:
-    path = bench_dir(folder)
-    rows, splits = read_bench(path)
-    seed = int(splits.get("seed") or 0)
-    chosen = order_items(rows, "test", seed)
-    if len(chosen) < 2:
-        raise TaskError(f"{path / 'bench.jsonl'}: {len(chosen)} test reviews of {ORDER_MIN_WORDS}+ distinct words")
-    return chosen, {"source": f"NSMC {path / 'bench.jsonl'} (test part, word-order pairs; movies in no training or "
-                              "held-out text)", "variant": "order", "split": "test", "num_fewshot": 0,
-                    "bench_sha256": splits["outputs"]["bench.jsonl"], "nsmc_seed": splits.get("seed"),
-                    "acc_norm": False}
+                    "acc_norm": not order and FORMS[form].norm}
