@@ -1,7 +1,8 @@
 """Bits per byte and per character count the bytes of the text the scored tokens decode to, as
 one stream, for Korean too: a byte-level BPE that never saw Hangul (trained here on English, as
 SmolLM2's tokenizer barely did) spends one token per UTF-8 byte on it, and decoding window by
-window would count replacement characters instead. SmolLM2's own tokenizer: tests/demo/test_evaluation.py."""
+window would count replacement characters instead. SmolLM2's own tokenizer:
+tests/demo/test_smollm2.py::test_bits_per_byte_with_smollm2_tokenizer_on_korean."""
 
 from __future__ import annotations
 
