@@ -27,15 +27,23 @@ def requires_te(fn):  # noqa: ANN001, ANN201 (a decorator)
     return pytest.mark.te(skip(fn))
 
 
-# The slowest files first (the suite's --durations on the 2-core machine, 2026-11-27: the kill trials
-# 386 s, the Slurm array 274 s of set-up, the Slurm pipeline, the SmolLM2 demo tests). With
-# `--dist loadfile` (tests/run.sh) each file goes to the next free worker in collection order, so a
-# long file collected last ran alone at the end while the other worker sat idle.
+# The slowest files first, longest first (per-file sums of the suite's --junitxml times on the 2-core
+# machine, 2026-11-28, under load: the SmolLM2 demo 807 s, the training entry 686, the Slurm pipeline
+# 464, the Slurm array 463, the biography benchmark 211, resharding 162, the GPU-run rehearsal 161,
+# training from converted checkpoints 142, the SCALE export 141). With `--dist loadfile` (tests/run.sh)
+# each file goes to the next free worker in collection order, so a long file collected last ran alone
+# at the end while the other worker sat idle; longest-first leaves the short files to fill the gaps.
 SLOW_FIRST = (
-    "tests/training/test_kills.py",
-    "tests/examples/test_scale_korean_array.py",
-    "tests/examples/test_scale_korean_slurm.py",
     "tests/demo/test_smollm2.py",
+    "tests/training/test_train_entry.py",
+    "tests/examples/test_scale_korean_slurm.py",
+    "tests/examples/test_scale_korean_array.py",
+    "tests/bio/test_biography.py",
+    "tests/training/test_reshard.py",
+    "tests/test_gpu_run.py",
+    "tests/training/test_from_load.py",
+    "tests/convert/test_scale_export.py",
+    "tests/training/test_kills.py",
 )
 
 

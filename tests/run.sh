@@ -16,4 +16,9 @@ fi
 # the 2-core CI machine: 993 s -> 647 s). PYTEST_WORKERS=0 runs them in one process.
 # --durations: the slowest tests close every run, so the suite's time (25 minutes at most on the 2-core
 # machine) is watched where it is spent
+# One OpenMP thread per process: the two workers and the ranks they spawn already outnumber the
+# cores, and torch's default of a thread per core oversubscribed them (paired runs of two test files
+# on the 2-core machine, under load: 135 -> 107 s and 99 -> 77 s). A test that wants more threads sets
+# them itself (torch.set_num_threads).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 exec "$PY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"

@@ -145,8 +145,9 @@ def _records(metrics: Path, kind: str) -> dict[int, dict]:
 @requires_demo_model
 @pytest.mark.dist
 def test_trained_preserve_head_is_the_original_and_korean_loss_falls(
-        smollm2: dict[str, Any], smollm2_megatron: dict[str, Any], original: dict[str, Any], tmp_path: Path) -> None:
-    """SCALE-Preserve from the session's TP=1 checkpoint (default sizes, normal init), 4 iterations
+        smollm2: dict[str, Any], smollm2_round_trip: Any, original: dict[str, Any], tmp_path: Path) -> None:
+    """SCALE-Preserve from the session's TP=1 upscaled checkpoint (default sizes, normal init: the
+    untrained round trip's, tests/demo/conftest.py), 4 iterations
     of `python -m megatron_scale.train` on the konlpy Korean corpus in SmolLM2's tokens (one rank),
     exported with --preserve-head-only: SmolLM2's weights and logits bitwise; Korean loss falls."""
     from transformers import AutoModelForCausalLM
@@ -157,9 +158,9 @@ def test_trained_preserve_head_is_the_original_and_korean_loss_falls(
     seconds["data"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    init, run, hf = tmp_path / "scale", tmp_path / "run", tmp_path / "hf_preserve"
-    run_tool("upscale_checkpoint", "--load", str(smollm2_megatron["checkpoint"]), "--save", str(init),
-             "--scale-variant", "preserve", "--scale-init", "normal", "--tensor-model-parallel-size", "1")
+    made = smollm2_round_trip(1)  # made already where the untrained TP=1 test ran first (its file order)
+    assert made["steps"]["upscale"]["scale_dims"]["heads_up"] == 3  # the default sizes at TP=1
+    init, run, hf = made["checkpoint"], tmp_path / "run", tmp_path / "hf_preserve"
     seconds["upscale"] = time.perf_counter() - start
 
     start = time.perf_counter()
