@@ -34,6 +34,7 @@ from megatron_scale.recipe.array import why_missing
 from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
 
 LATEST = "latest_checkpointed_iteration.txt"
+EVAL_SEED = 1234  # training's default --seed: a run with SEED evaluates the windows an unseeded run does
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -103,7 +104,8 @@ class Recipe:
             self.extra = {name: d / f"{name}_eval_text_document" for name in self.extra_raw}
 
     def run_dir(self, method: str) -> Path:
-        return self.s.workdir / "runs" / method
+        """A method's continued run ($WORKDIR/runs/METHOD, or METHOD-seedSEED with SEED)."""
+        return self.s.workdir / "runs" / run_name(method, self.s.seed)
 
     def base(self) -> Path:
         """The checkpoint every method starts from (the tiny base's newest, or the converted one)."""
@@ -121,11 +123,15 @@ class Recipe:
                 "--eval-iters", str(s.eval_iters), "--log-interval", str(s.log_interval),
                 "--exit-signal-save", *s.train_flags]
 
-    def schedule(self, iters: int, lr: str, eval_interval: int, save: Path) -> list[str]:
+    def schedule(self, iters: int, lr: str, eval_interval: int, save: Path,
+                 eval_iterations: tuple[int, ...] = (), save_iterations: tuple[int, ...] = ()) -> list[str]:
         s = self.s
+        evals = (["--eval-iterations", *map(str, eval_iterations)] if eval_iterations
+                 else ["--eval-interval", str(eval_interval)])
+        saves = ["--save-iterations", *map(str, save_iterations)] if save_iterations else []
         return ["--train-iters", str(iters), "--lr", lr, "--min-lr", s.min_lr, "--lr-decay-style", "cosine",
-                "--lr-warmup-iters", str(s.warmup_iters), "--eval-interval", str(eval_interval),
-                "--save", str(save), "--save-interval", str(s.save_interval)]
+                "--lr-warmup-iters", str(s.warmup_iters), *evals,
+                "--save", str(save), "--save-interval", str(s.save_interval), *saves]
 
     # ---- the steps: (title, [resolve, ...]) --------------------------------------------------
     def data(self) -> list[tuple[str, Callable[[], Command | str]]]:
@@ -208,7 +214,8 @@ class Recipe:
         load = run if (run / LATEST).is_file() else init
         return Command(kind="train", note=_resuming(run, s.train_iters), args=(
             *self.common(), "--method", method, "--load", str(load), "--data-path", str(self.ko_train),
-            *self.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run),
+            *self.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run, s.eval_iterations, s.save_iterations),
+            *(["--seed", str(s.seed), "--eval-seed", str(EVAL_SEED)] if s.seed is not None else []),
             *s.method_flags.get(method, ())))
 
     def sweep_dir(self) -> Path:
@@ -408,6 +415,11 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
                      work=work(item[0]))
               for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
     return [a for a in listed if part is None or a.part == part]
+
+
+def run_name(method: str, seed: int | None) -> str:
+    """The folder of a method's continued run under $WORKDIR/runs: METHOD, or METHOD-seedSEED."""
+    return method if seed is None else f"{method}-seed{seed}"
 
 
 def sweeps(s: Settings) -> bool:

@@ -227,14 +227,14 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     reshard = check_resume(saved, layout, where) if resuming else None
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
-    cfg.logging.validate(cfg.method.name)
+    cfg.logging.validate(cfg.method.name, cfg.schedule.train_iters)
     method = build_method(cfg, arch, records, where, resuming)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
                          f"{cfg.parallel.pp}")
     cfg.data.validate()
-    cfg.checkpoint.validate()
+    cfg.checkpoint.validate(cfg.schedule.train_iters)
     cfg.validate_te()
     record = dataclasses.replace(arch, num_layers=layers)
     if loaded is not None:
