@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from megatron_scale.data.files import atomic_write  # noqa: E402
 from megatron_scale.evaluation.frontier_report import write  # noqa: E402
-from megatron_scale.recipe.frontier import LEVELS, Spec, axes, final_table, runs_of  # noqa: E402
+from megatron_scale.recipe.frontier import LEVELS, Spec, axes, extras, final_table, runs_of  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,12 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         specs = [Spec.parse(r) for r in a.runs]
         runs = runs_of(specs, a.old, a.new)
+        more, markers, info = extras(specs, a.old, a.new)
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
     os.makedirs(a.out, exist_ok=True)
     final = final_table(specs, tuple(a.sets))
-    paths = write(runs, a.out, a.title, a.levels, axes(a.old, a.new),
-                  extra={"specs": [{"name": s.name, "workdir": str(s.workdir), "method": s.method, "lr": s.lr} for s in specs]})
+    paths = write(runs + more, a.out, a.title, a.levels, axes(a.old, a.new), markers=markers,
+                  extra={"specs": [{"name": s.name, "workdir": str(s.workdir), "method": s.method, "lr": s.lr} for s in specs],
+                         "curves": info})
     atomic_write(os.path.join(a.out, "final.md"), final.encode("utf-8"))
     with open(paths["md"], encoding="utf-8") as f:
         print(f.read())
