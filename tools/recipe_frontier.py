@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from megatron_scale.data.files import atomic_write  # noqa: E402
 from megatron_scale.evaluation.frontier import Run, retention_at  # noqa: E402
 from megatron_scale.evaluation.frontier_report import write  # noqa: E402
-from megatron_scale.recipe.frontier import LEVELS, Axis, Spec, axes, final_table, runs_of  # noqa: E402
+from megatron_scale.recipe.frontier import LEVELS, Axis, Spec, axes, extras, final_table, runs_of  # noqa: E402
 
 
 def route_rows(specs: list[Spec], axis: Axis) -> tuple[list[Run], list[dict]]:
@@ -98,18 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         for axis, out in frontiers:
             runs = runs_of(specs, axis.old, axis.new)
             routed, detail = route_rows(specs, axis)
-            computed.append((axis, out, runs + routed, detail))
+            # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
+            more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
+            computed.append((axis, out, runs + routed + more, markers, info, detail))
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
     extra = {"specs": [{"name": s.name, "workdir": str(s.workdir), "method": s.method, "lr": s.lr, "seed": s.seed}
                        for s in specs]}
     written = []
-    for axis, out, runs, detail in computed:
+    for axis, out, runs, markers, info, detail in computed:
         os.makedirs(out, exist_ok=True)
         ax = axes(axis.old, axis.new)
-        paths = write(runs, out, f"{a.title}: {ax.old_name} retention against {ax.new_name} learning", a.levels, ax,
-                      extra={**extra, "old": list(axis.old), "new": axis.new},
-                      pairs=[tuple(p) for p in a.pair])
+        title = a.title if out == a.out and len(axis.old) == 1 and not a.also_new else (
+            f"{a.title}: {ax.old_name} retention against {ax.new_name} learning")
+        paths = write(runs, out, title, a.levels, ax, markers=markers, pairs=[tuple(p) for p in a.pair],
+                      extra={**extra, "old": list(axis.old), "new": axis.new, "curves": info})
         written += list(paths.values())
         if out == a.out:
             atomic_write(os.path.join(out, "best_lr.md"), best_lr_table(runs, a.levels).encode("utf-8"))

@@ -17,8 +17,13 @@ SCALE-Route trains with its router as configured (its training evaluations are r
 its frontier is the router sweep of the trained model (tools/route_sweep.py, the recipe's
 ROUTE_SWEEP=1): every tau of every statistic, on the sweep's own windows, where the base is the
 preservation head z_p (exactly the base model's output). One curve per statistic, named
-"scale-route[<statistic>]", as the biography frontier names them. Route from SCALE-Preserve's own
-checkpoints (the two train bitwise alike) is recipe/route_frontier.py.
+"scale-route[<statistic>]", in the direction the sweep calibrated (`sweep_extras` records it, with
+the routing unit). `sweep_extras` adds what the sweep also tells (issue 44): the paper's own
+router where the calibrated cosine is reversed ("[cosine, paper's]", z_p where cos >= tau), the
+controls without a router ("[random mix]": every token on z_a with probability f, from the two
+heads' mean losses, exact; "[alpha mix]": z_p + alpha (z_a - z_p), where the sweep scored it),
+and the deployable point of each statistic whose tau was calibrated on held-out windows. Route
+from SCALE-Preserve's own checkpoints (the two train bitwise alike) is recipe/route_frontier.py.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_scale.evaluation.frontier import Point, Run
-from megatron_scale.evaluation.frontier_report import Axes
+from megatron_scale.evaluation.frontier_report import Axes, Marker
 from megatron_scale.recipe.report import _pct, evaluations
 from megatron_scale.recipe.route_report import load_sweep
 from megatron_scale.recipe.steps import run_name
@@ -172,6 +177,52 @@ def sweep_curves(sweep: str | os.PathLike, method: str, lr: float, old: str, new
     return [Run(f"{method}[{stat}]", lr, seed,
                 tuple(scores(math.log(p[old]), math.log(p[new]), base_old, base_new) for p in a["points"]))
             for stat, a in sorted(doc["statistics"].items())]
+
+
+def sweep_extras(sweep: str | os.PathLike, method: str, lr: float, old: str, new: str,
+                 rates: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(21))) -> tuple[list[Run], list[Marker], dict]:
+    """From one router sweep: the paper's cosine router (where the calibrated one is reversed),
+    the random and alpha mixing controls, the deployable markers (held-out calibration), and per
+    curve what it is (statistic or control, direction, unit) for frontier.json."""
+    doc = load_sweep(sweep, old, new)
+    log_p = {name: math.log(doc["heads"][name]["z_p"]) for name in (old, new)}
+    log_a = {name: math.log(doc["heads"][name]["z_a"]) for name in (old, new)}
+
+    def point(p: dict) -> tuple[float, float]:
+        return scores(math.log(p[old]), math.log(p[new]), log_p[old], log_p[new])
+
+    unit = doc.get("unit", "token")
+    runs, markers, info = [], [], {}
+    for stat, a in sorted(doc["statistics"].items()):
+        name = f"{method}[{stat}]"
+        info[name] = {"statistic": stat, "direction": a.get("direction", a["calibration"].get("direction", "above")),
+                      "unit": unit, "tau": "every tau, read off the evaluated windows"}
+        if "paper_points" in a:
+            runs.append(Run(f"{method}[{stat}, paper's]", lr, SEED, tuple(point(p) for p in a["paper_points"])))
+            info[f"{method}[{stat}, paper's]"] = {"statistic": stat, "direction": "above", "unit": unit}
+        cal = a["calibration"]
+        if cal.get("held_out") and old in cal and new in cal:
+            markers.append(Marker(f"{method}[{stat}, deployable]", lr, SEED, point(cal), name))
+    random = (doc.get("controls") or {}).get("random") or [  # exact from the heads' mean losses
+        {old: math.exp((1 - f) * log_p[old] + f * log_a[old]), new: math.exp((1 - f) * log_p[new] + f * log_a[new])}
+        for f in rates]
+    runs.append(Run(f"{method}[random mix]", lr, SEED, tuple(point(p) for p in random)))
+    info[f"{method}[random mix]"] = {"control": "random", "knob": "rate", "unit": unit}
+    if (doc.get("controls") or {}).get("alpha"):
+        runs.append(Run(f"{method}[alpha mix]", lr, SEED, tuple(point(p) for p in doc["controls"]["alpha"])))
+        info[f"{method}[alpha mix]"] = {"control": "alpha", "knob": "alpha", "unit": unit}
+    return runs, markers, info
+
+
+def extras(specs: list[Spec], old: str = "en", new: str = "ko") -> tuple[list[Run], list[Marker], dict]:
+    """sweep_extras of every run with a sweep."""
+    runs, markers, info = [], [], {}
+    for s in specs:
+        if s.sweep.is_file():
+            r, m, i = sweep_extras(s.sweep, s.name, s.lr, old, new)
+            runs, markers = runs + r, markers + m
+            info.update(i)
+    return runs, markers, info
 
 
 def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko") -> list[Run]:

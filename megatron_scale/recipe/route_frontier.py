@@ -8,6 +8,7 @@ mixtures, the labels) and on held-out calibration windows ("cal/<set>", disjoint
 evaluated ones). From them, per checkpoint, every row below is computed with no model:
 
     scale-route[paper: cosine>=0.5, token]   the paper's router: z_p where cos(z_p, z_a) >= 0.5, per token
+    scale-route[paper's direction: ...]      the same statistic, direction and unit at every tau (in-sample)
     scale-route[deployable: STAT, UNIT]      tau and direction calibrated on the held-out windows
                                              (at least KEEP_OLD of the calibration English tokens on
                                              z_p), then applied to the evaluated windows
@@ -38,6 +39,7 @@ from megatron_scale.recipe.frontier import Axis, point
 ROUTE = "scale-route"
 KEEP_OLD = 0.95
 PAPER = f"{ROUTE}[paper: cosine>=0.5, token]"
+PAPER_SWEPT = f"{ROUTE}[paper's direction: cosine>=tau, token, every tau]"
 RANDOM, ALPHA = "control[random mixing]", "control[global alpha]"
 RECORDS = "route_records"  # a run's folder of records files, iter_NNNNNNN.safetensors
 
@@ -110,6 +112,8 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
             grid = default_grid([torch.cat([ev[s][key] for s in axis.sets])])
             swept = sweep(ev, stat, grid, "ppl", cal.direction)
             curves[oracle(stat, unit)] = [_scored(p, base, axis) for p in swept]
+            if (stat, unit) == ("cosine", "token"):
+                curves[PAPER_SWEPT] = [_scored(p, base, axis) for p in sweep(ev, stat, grid, "ppl", "above")]
             detail["routers"].append({
                 "statistic": stat, "unit": unit, "pool": "first" if unit != "token" else None,
                 "direction": cal.direction, "tau": cal.tau, "keep_old_target": keep_old,

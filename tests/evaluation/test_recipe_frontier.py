@@ -101,3 +101,30 @@ def test_the_tool_writes_the_table_the_plot_and_every_runs_last_evaluation(tmp_p
     assert "| again | 1 | 1.000 | not reached |" in table and "| again | 0.001 | 16 |" in final  # a named variant
     bad = subprocess.run([*cmd[:4], f"{root}:lora:1e-3"], capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "no metrics file" in bad.stderr and "lora" in bad.stderr
+
+
+def test_sweep_extras_give_the_controls_the_papers_router_and_the_deployable_point(tmp_path: Path) -> None:
+    from megatron_scale.recipe.frontier import sweep_extras
+
+    path = _workdir(tmp_path) / "runs" / "scale-route" / "sweep" / "sweep.json"
+    runs, markers, info = sweep_extras(path, "scale-route", 1e-3, "en", "ko", rates=(0.0, 0.5, 1.0))
+    (random,) = runs  # an old sweep: random mixing from the heads' mean losses alone
+    # f = 0.5: English loss (4 + 5) / 2 -> retention 4 / 4.5; Korean (2 + 1) / 2 -> learning 0.25
+    assert random.method == "scale-route[random mix]"
+    assert [v for p in random.curve for v in p] == pytest.approx([0.0, 1.0, 0.25, 4 / 4.5, 0.5, 0.8])
+    assert markers == [] and info["scale-route[cosine]"]["direction"] == "above" and info["scale-route[cosine]"]["unit"] == "token"
+    doc = json.loads(path.read_text())
+    cos = doc["statistics"]["cosine"]
+    cos["direction"], cos["paper_points"] = "below", [{"en": math.exp(4.0), "ko": math.exp(2.0)}]
+    cos["calibration"].update({"held_out": True, "en": math.exp(4.4), "ko": math.exp(1.5), "direction": "below"})
+    doc["controls"] = {"alpha": [{"alpha": 0.5, "en": math.exp(4.2), "ko": math.exp(1.2)}]}
+    doc["unit"] = "char"
+    path.write_text(json.dumps(doc))
+    runs, markers, info = sweep_extras(path, "scale-route", 1e-3, "en", "ko")
+    assert [r.method for r in runs] == ["scale-route[cosine, paper's]", "scale-route[random mix]", "scale-route[alpha mix]"]
+    assert runs[2].curve[0] == pytest.approx((0.4, 4 / 4.2))
+    (m,) = markers  # the held-out tau: learning 0.25, retention 4 / 4.4, beside the cosine sweep
+    assert m.name == "scale-route[cosine, deployable]" and m.envelope == "scale-route[cosine]"
+    assert m.point == pytest.approx((0.25, 4 / 4.4))
+    assert info["scale-route[cosine]"] == {"statistic": "cosine", "direction": "below", "unit": "char",
+                                           "tau": "every tau, read off the evaluated windows"}
