@@ -6,9 +6,9 @@ every router sweep and control of that checkpoint (megatron_scale/route_eval/sto
         --data en=data/en_eval_text_document ko=data/ko_eval_text_document \\
         --calibration en ko --seq-length 256 --samples 16 --out records/iter_0000016.safetensors
 
-Each --data set gives its first --samples windows; each --calibration set (one of --data) gives the
-next --samples windows too, as "cal/NAME", held out from the evaluated ones (a tau calibrated there
-is a deployable router). Any SCALE checkpoint works: a SCALE-Preserve checkpoint's records are
+Each --data set gives --samples windows spread evenly over the whole set; each --calibration set
+(one of --data) gives as many more, halfway between them, as "cal/NAME": held out from the
+evaluated ones (a tau calibrated there is a deployable router). Any SCALE checkpoint works: a SCALE-Preserve checkpoint's records are
 SCALE-Route's at that point of training, since Route trains bitwise like Preserve.
 Prints a JSON summary (tokens per set, each head's perplexity).
 """
@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--load", required=True, help="a SCALE checkpoint (iter_* directory, or a run's --save: its newest)")
     p.add_argument("--data", required=True, nargs="+", type=name_value("--data", "PREFIX"), help="NAME=PREFIX ...")
     p.add_argument("--calibration", nargs="*", default=[], metavar="NAME",
-                   help="sets of --data whose next --samples windows are kept too, as cal/NAME")
+                   help="sets of --data whose windows halfway between the evaluated ones are kept too, as cal/NAME")
     p.add_argument("--seq-length", type=int, required=True)
     p.add_argument("--samples", type=int, default=16, help="windows per set (default 16)")
     p.add_argument("--batch-size", type=int, default=2)
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--load: checkpoint directory {load} does not exist")
         load = latest_iteration_dir(load) or load
         sets = {n: stored.Windows(p) for n, p in data.items()}
-        sets |= {f"cal/{n}": stored.Windows(data[n], a.samples) for n in a.calibration}
+        sets |= {f"cal/{n}": stored.Windows(data[n], 0.5) for n in a.calibration}
         records = stored.collect_sets(str(load), sets, seq_length=a.seq_length, samples=a.samples,
                                       batch_size=a.batch_size, alphas=a.alphas)
-        meta = {"load": str(load), "sets": {n: {"prefix": w.prefix, "skip": w.skip} for n, w in sets.items()},
+        meta = {"load": str(load), "sets": {n: {"prefix": w.prefix, "phase": w.phase} for n, w in sets.items()},
                 "seq_length": a.seq_length, "samples": a.samples, "tokenizer": a.tokenizer, "unit": "token"}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         stored.save(a.out, records, meta)

@@ -8,7 +8,7 @@ statistic can be pooled per character or word afterwards, route_eval/units.py). 
 checkpoint has both heads, so a SCALE-Preserve checkpoint's records are SCALE-Route's at that
 point of training: Route trains bitwise like Preserve (tests/training/test_train_entry.py).
 
-    sets = {"en": Windows(prefix, 0), "cal/en": Windows(prefix, 16), ...}   # window offsets
+    sets = {"en": Windows(prefix), "cal/en": Windows(prefix, 0.5), ...}     # two disjoint samples
     records = collect_sets(load, sets, seq_length=256, samples=16)           # on its own rank(s)
     save(path, records, meta);  records, meta = load(path)
 
@@ -32,10 +32,34 @@ LABELS = "labels"
 
 @dataclass(frozen=True)
 class Windows:
-    """`samples` consecutive windows of a dataset prefix, after the first `skip` (route_eval/windows.py)."""
+    """`samples` windows of a dataset prefix spread evenly over the whole set (`spread_windows`),
+    at `phase` of the spacing: phase 0 and phase 0.5 give two disjoint samples of the same set."""
 
     prefix: str
-    skip: int = 0
+    phase: float = 0.0
+
+
+def spread_windows(prefix: str, seq_length: int, samples: int, phase: float = 0.0, flag: str = "--data") -> torch.Tensor:
+    """[samples, seq_length + 1] token ids: the set's documents concatenated in order and cut into
+    consecutive windows of seq_length + 1 tokens, of which windows floor((k + phase) M / samples),
+    k = 0 .. samples - 1, of the M there are: every part of the set is sampled (a held-out set
+    whose documents are whole movies or scenes would otherwise give its first few), and two
+    phases give disjoint windows while M >= 2 samples."""
+    import numpy as np
+
+    from megatron_scale.data.inspection import open_dataset
+
+    if not 0.0 <= phase < 1.0:
+        raise ValueError(f"{flag} {prefix}: phase {phase} must lie in [0, 1)")
+    ds = open_dataset(prefix)
+    tokens = np.concatenate([np.asarray(ds[i], dtype=np.int64) for i in range(len(ds))]) if len(ds) else np.zeros(0, np.int64)
+    width = seq_length + 1
+    count = tokens.size // width
+    if count < 2 * samples:
+        raise ValueError(f"{flag} {prefix}: {tokens.size} tokens make {count} windows of --seq-length {seq_length} + 1, "
+                         f"fewer than 2 x --samples {samples} (two disjoint samples)")
+    picks = [int((k + phase) * count / samples) for k in range(samples)]
+    return torch.from_numpy(tokens[: count * width].reshape(count, width)[picks])
 
 
 def _rank(load: str, tp: int, sets: Mapping[str, torch.Tensor], batch_size: int, statistics: Sequence[str],
@@ -70,12 +94,11 @@ def collect_sets(load: str, sets: Mapping[str, Windows], *, seq_length: int, sam
                  ) -> dict[str, dict[str, torch.Tensor]]:
     """Records of `samples` windows of each named set, from `load` (any SCALE checkpoint) at TP `tp`."""
     from megatron_scale.convert.launch import on_ranks
-    from megatron_scale.route_eval.windows import windows
     from megatron_scale.route_stats.mixing import ALPHAS
 
     if not os.path.isdir(load):
         raise ValueError(f"--load: checkpoint directory {load} does not exist")
-    ids = {name: windows(w.prefix, seq_length, samples, skip=w.skip, flag=f"--data {name}") for name, w in sets.items()}
+    ids = {name: spread_windows(w.prefix, seq_length, samples, w.phase, flag=f"--data {name}") for name, w in sets.items()}
     return on_ranks(_rank, tp, 1, load, tp, ids, batch_size, tuple(statistics),
                     tuple(ALPHAS if alphas is None else alphas))[0]
 

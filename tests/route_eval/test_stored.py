@@ -88,3 +88,20 @@ def test_route_runs_follow_the_checkpoints(tmp_path: Path) -> None:
     assert sum(r.method == RANDOM for r in runs) == 2  # one control curve per checkpoint
     with pytest.raises(ValueError, match="no set"):
         checkpoint_rows(_records(), META, Axis.of(("en", "en_modern"), "ko"), units=("token",))
+
+
+def test_windows_spread_over_the_whole_set_and_two_phases_are_disjoint(tmp_path: Path) -> None:
+    from megatron_scale.data.inspection import open_dataset
+    from megatron_scale.testing.runs import make_dataset
+
+    prefix = make_dataset(tmp_path / "d", seed=4, docs=40)
+    ds = open_dataset(prefix)
+    tokens = torch.cat([torch.as_tensor(ds[i], dtype=torch.long) for i in range(len(ds))])
+    count = tokens.numel() // 9  # windows of 8 + 1
+    evaluated, held_out = stored.spread_windows(prefix, 8, 4), stored.spread_windows(prefix, 8, 4, 0.5)
+    for got, phase in ((evaluated, 0.0), (held_out, 0.5)):
+        starts = [int((k + phase) * count / 4) * 9 for k in range(4)]  # a quarter of the set apart
+        assert torch.equal(got, torch.stack([tokens[s:s + 9] for s in starts]))
+    assert not ({tuple(w.tolist()) for w in evaluated} & {tuple(w.tolist()) for w in held_out})
+    with pytest.raises(ValueError, match="fewer than 2 x --samples"):
+        stored.spread_windows(prefix, 8, count)
