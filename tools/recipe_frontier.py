@@ -36,15 +36,18 @@ from megatron_scale.evaluation.frontier_report import write  # noqa: E402
 from megatron_scale.recipe.frontier import LEVELS, Axis, Spec, axes, extras, final_table, runs_of  # noqa: E402
 
 
-def route_rows(specs: list[Spec], axis: Axis) -> tuple[list[Run], list[dict]]:
-    """Route's rows from every SCALE-Preserve run with route records (recipe/route_frontier.py)."""
+def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: list[str],
+               calibrate_on: tuple[str, str]) -> tuple[list[Run], list[dict]]:
+    """Route's rows from every SCALE-Preserve run with route records (recipe/route_frontier.py) at
+    one of `lrs` (None: any), each router calibrated on the held-out windows of `calibrate_on`
+    (old, new) whatever the axis: one router, scored on every axis."""
     from megatron_scale.recipe.route_frontier import records_files, route_runs
 
     runs, detail = [], []
     for s in specs:
-        if s.method == "scale-preserve" and records_files(s.run_dir):
+        if s.method == "scale-preserve" and records_files(s.run_dir) and (lrs is None or s.lr in lrs):
             seed = s.trained_seed()
-            got, d = route_runs(s.run_dir, s.lr, seed, axis)
+            got, d = route_runs(s.run_dir, s.lr, seed, axis, units=tuple(units), calibrate_on=calibrate_on)
             runs += got
             detail.append({"run": str(s.run_dir), "lr": s.lr, "seed": seed, "checkpoints": d})
     return runs, detail
@@ -84,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="learning levels of the table (share of the base's new-domain bits per byte gone)")
     ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
                     help="report A - B per seed at each level (repeatable)")
+    ap.add_argument("--route-lrs", type=float, nargs="+", default=None,
+                    help="Route's rows from the SCALE-Preserve runs at these LRs only (default: every run with route records)")
+    ap.add_argument("--route-units", nargs="+", default=["token", "char"], choices=("token", "char", "word"),
+                    help="the routing units of Route's rows (default token char; char and word need the records' tokenizer)")
     ap.add_argument("--sets", nargs="+", default=["en", "en_modern", "en_passages", "ko"],
                     help="the sets of final.md")
     ap.add_argument("--title", default="SmolLM2-135M-Instruct continued on Korean (CPU)")
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         computed = []
         for axis, out in frontiers:
             runs = runs_of(specs, axis.old, axis.new)
-            routed, detail = route_rows(specs, axis)
+            routed, detail = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new))
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
             computed.append((axis, out, runs + routed + more, markers, info, detail))

@@ -81,7 +81,8 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
     from megatron_scale.route_stats.statistics import STATISTICS
 
     cal_old, cal_new = calibrate_on or (axis.old[0], axis.new)
-    missing = [s for s in (*axis.sets, f"cal/{cal_old}", f"cal/{cal_new}") if s not in records]
+    names = list(dict.fromkeys([*axis.sets, cal_old, f"cal/{cal_old}", f"cal/{cal_new}"]))
+    missing = [s for s in names if s not in records]
     if missing:
         raise ValueError(f"route records of {meta.get('load')}: no set {missing} (it holds {sorted(records)})")
     evaluated = {s: records[s] for s in axis.sets}
@@ -100,7 +101,6 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
                 raise ValueError(f"route records of {meta.get('load')}: deciding per {unit} needs the tokenizer "
                                  "(tools/route_records.py --tokenizer)")
             pieces = token_bytes(meta["tokenizer"])
-        names = [*axis.sets, f"cal/{cal_old}", f"cal/{cal_new}"]
         pooled = {s: pooled_records(dict(records[s]), records[s]["labels"].view(-1, seq), pieces or [], unit, "first")
                   for s in names}
         ev = {s: pooled[s] for s in axis.sets}
@@ -119,7 +119,7 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
                 "direction": cal.direction, "tau": cal.tau, "keep_old_target": keep_old,
                 "calibrated_on": [f"cal/{cal_old}", f"cal/{cal_new}"],
                 "calibration_old_kept": cal.old_kept, "calibration_new_to_z_a": cal.new_adapted,
-                "auc_in_direction": roc(ev[cal_old][key], ev[axis.new][key], cal.direction)["auc"],
+                "auc_in_direction": roc(pooled[cal_old][key], pooled[axis.new][key], cal.direction)["auc"],
                 "deployable": at, "sweep": swept})
     curves[RANDOM] = [_scored(p, base, axis) for p in random_sweep(evaluated, metric="ppl")]
     curves[ALPHA] = [_scored(p, base, axis) for p in alpha_sweep(evaluated, metric="ppl")]

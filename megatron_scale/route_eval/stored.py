@@ -107,7 +107,7 @@ def save(path: str | os.PathLike, records: Mapping[str, Mapping[str, torch.Tenso
     """Write the records (bool tensors as uint8) and `meta` to `path`, atomically."""
     from safetensors.torch import save_file
 
-    flat = {f"{name}/{k}": (v.to(torch.uint8) if v.dtype == torch.bool else v).contiguous()
+    flat = {f"{name}/{k}": (v.to(torch.uint8) if v.dtype == torch.bool else v).clone()  # no shared storage
             for name, rec in records.items() for k, v in rec.items()}
     bools = sorted(f"{name}/{k}" for name, rec in records.items() for k, v in rec.items() if v.dtype == torch.bool)
     tmp = f"{path}.partial-{os.getpid()}"

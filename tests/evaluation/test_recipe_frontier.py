@@ -128,3 +128,69 @@ def test_sweep_extras_give_the_controls_the_papers_router_and_the_deployable_poi
     assert m.point == pytest.approx((0.25, 4 / 4.4))
     assert info["scale-route[cosine]"] == {"statistic": "cosine", "direction": "below", "unit": "char",
                                            "tau": "every tau, read off the evaluated windows"}
+
+
+def _seeded(root: Path, method: str, seed: int, evals: dict[int, dict[str, float]]) -> None:
+    _metrics(root / "runs" / f"{method}-seed{seed}" / "metrics.jsonl", evals)
+    path = root / "runs" / f"{method}-seed{seed}" / "metrics.jsonl"
+    path.write_text(json.dumps({"kind": "start", "iteration": 0, "seed": seed}) + "\n" + path.read_text())
+
+
+def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_records(tmp_path: Path) -> None:
+    """Issue 44's SmolLM2 frontier: two seeds per method, retention the mean of two English sets,
+    NSMC (ko) and legal Korean (ko_legal) as two learning axes, Preserve - full paired per seed,
+    and Route's rows from the route records of a Preserve checkpoint."""
+    from megatron_scale.route_eval import stored
+    from tests.route_eval.test_stored import META, _records
+
+    base = {"en": 4.0, "en_modern": 2.0, "ko": 2.0, "ko_legal": 3.0}
+    # Korean learning 0.04, 0.07, 0.11 on both axes at iterations 1, 2, 3 (every gap under 0.05)
+    ko = [{"ko": 2.0 * (1 - x), "ko_legal": 3.0 * (1 - x)} for x in (0.04, 0.07, 0.11)]
+
+    def english(*ratios: float) -> dict[int, dict[str, float]]:  # each English set's loss over the base's
+        return {0: base} | {i + 1: {"en": 4.0 * r, "en_modern": 2.0 * r, **ko[i]} for i, r in enumerate(ratios)}
+
+    root = tmp_path / "wd"
+    _seeded(root, "full", 1, english(1.025, 1.05, 1.1))  # forgets from the first step
+    _seeded(root, "full", 2, english(1.0, 1.0, 1.1))  # forgets late
+    for seed in (1, 2):
+        _seeded(root, "scale-preserve", seed, english(1.0, 1.025, 1.05))
+    rec = _records()
+    rec["en_modern"], rec["ko_legal"] = rec["en"], rec["ko"]
+    records = root / "runs" / "scale-preserve-seed1" / "route_records"
+    records.mkdir()
+    stored.save(records / "iter_0000002.safetensors", rec, META)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "tools" / "recipe_frontier.py"), "--out", str(out), "--old", "en", "en_modern",
+           "--new", "ko", "--also-new", "ko_legal", "--levels", "0.05", "0.1", "--route-units", "token",
+           "--pair", "scale-preserve", "full", *(f"{root}:{m}:1e-3:{s}" for m in ("full", "scale-preserve") for s in (1, 2))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def at(r: tuple[float, ...], level: float) -> float:  # retention along (0.04, 0.07, 0.11), linear
+        i = 0 if level < 0.07 else 1
+        lo, hi = (0.04, 0.07, 0.11)[i:i + 2]
+        return 1 / r[i] + (1 / r[i + 1] - 1 / r[i]) * (level - lo) / (hi - lo)
+
+    f1, f2, p = (1.025, 1.05, 1.1), (1.0, 1.0, 1.1), (1.0, 1.025, 1.05)
+    table = (out / "frontier.md").read_text()
+    for name, r1, r2 in (("full", f1, f2), ("scale-preserve", p, p)):
+        cells = " | ".join(f"{(at(r1, lv) + at(r2, lv)) / 2:.3f} [{min(at(r1, lv), at(r2, lv)):.3f}, "
+                           f"{max(at(r1, lv), at(r2, lv)):.3f}]" for lv in (0.05, 0.1))
+        assert f"| {name} | 2 | {cells} |" in table, (cells, table)
+    d1, d2 = at(p, 0.05) - at(f1, 0.05), at(p, 0.05) - at(f2, 0.05)  # Preserve - full, per seed
+    assert f"| scale-preserve - full | {(d1 + d2) / 2:+.3f} [{min(d1, d2):+.3f}, {max(d1, d2):+.3f}]" in table, table
+    # Route from seed 1's Preserve checkpoint: the paper's router keeps English and learns 0.5
+    # there, a chord from (0, 1) at iteration 0 (no checkpoint evaluated in between)
+    assert "| scale-route[paper: cosine>=0.5, token] | 1 | ~1.000 (~1/1) | ~1.000 (~1/1) |" in table, table
+    assert "| control[random mixing] | 1 | 0.952 | 0.909 |" in table, table  # (f/2, 2/(2+f)), at f = 0.1 and 0.2
+    legal = (out / "ko_legal" / "frontier.md").read_text()  # the same learning on legal Korean
+    assert f"| scale-preserve | 2 | {at(p, 0.05):.3f} [{at(p, 0.05):.3f}, {at(p, 0.05):.3f}]" in legal, legal
+    assert (out / "by_set" / "en" / "frontier.md").is_file() and (out / "by_set" / "en_modern" / "frontier.png").is_file()
+    best = (out / "best_lr.md").read_text()
+    assert f"| full | 1 | 0.001 | 0.001: {at(f1, 0.05):.3f} | 0.001: {at(f1, 0.1):.3f} |" in best, best
+    (ckpt,) = json.loads((out / "route_detail.json").read_text())[0]["checkpoints"]
+    router = next(r for r in ckpt["routers"] if r["statistic"] == "cosine")
+    assert (ckpt["iteration"], router["unit"], router["direction"], router["tau"]) == (2, "token", "above", pytest.approx(0.95))
+    final = (out / "final.md").read_text()
+    assert "| full | 0.001 | 1 | 3 | +10.0% | +10.0% | -11.0% |" in final.replace(" |  |", " |"), final
