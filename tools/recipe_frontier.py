@@ -37,20 +37,24 @@ from megatron_scale.recipe.frontier import LEVELS, Axis, Spec, axes, extras, fin
 
 
 def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: list[str],
-               calibrate_on: tuple[str, str]) -> tuple[list[Run], list[dict]]:
+               calibrate_on: tuple[str, str]) -> tuple[list[Run], list[dict], dict[tuple, tuple]]:
     """Route's rows from every SCALE-Preserve run with route records (recipe/route_frontier.py) at
     one of `lrs` (None: any), each router calibrated on the held-out windows of `calibrate_on`
-    (old, new) whatever the axis: one router, scored on every axis."""
-    from megatron_scale.recipe.route_frontier import records_files, route_runs
+    (old, new) whatever the axis: one router, scored on every axis. Also each such Preserve run's
+    curve with its records' z_a where it did not evaluate, by (name, LR, seed)."""
+    from megatron_scale.recipe.frontier import losses_of
+    from megatron_scale.recipe.route_frontier import preserve_curve, records_files, route_runs
 
-    runs, detail = [], []
+    runs, detail, curves = [], [], {}
     for s in specs:
-        if s.method == "scale-preserve" and records_files(s.run_dir) and (lrs is None or s.lr in lrs):
+        if s.method == "scale-preserve" and records_files(s.run_dir):
             seed = s.trained_seed()
             got, d = route_runs(s.run_dir, s.lr, seed, axis, units=tuple(units), calibrate_on=calibrate_on)
-            runs += got
-            detail.append({"run": str(s.run_dir), "lr": s.lr, "seed": seed, "checkpoints": d})
-    return runs, detail
+            curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis), d, axis, str(s.run_dir))
+            if lrs is None or s.lr in lrs:
+                runs += got
+                detail.append({"run": str(s.run_dir), "lr": s.lr, "seed": seed, "checkpoints": d})
+    return runs, detail, curves
 
 
 def best_lr_table(runs: list[Run], levels: list[float]) -> str:
@@ -103,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             frontiers += [(Axis.of(o, a.new), os.path.join(a.out, "by_set", o)) for o in a.old]
         computed = []
         for axis, out in frontiers:
-            runs = runs_of(specs, axis.old, axis.new)
-            routed, detail = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new))
+            routed, detail, preserve = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new))
+            runs = [Run(r.method, r.lr, r.seed, preserve.get((r.method, r.lr, r.seed), r.curve))
+                    for r in runs_of(specs, axis.old, axis.new)]
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
             computed.append((axis, out, runs + routed + more, markers, info, detail))

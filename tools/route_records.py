@@ -6,9 +6,11 @@ every router sweep and control of that checkpoint (megatron_scale/route_eval/sto
         --data en=data/en_eval_text_document ko=data/ko_eval_text_document \\
         --calibration en ko --seq-length 256 --samples 16 --out records/iter_0000016.safetensors
 
-Each --data set gives --samples windows spread evenly over the whole set; each --calibration set
-(one of --data) gives as many more, halfway between them, as "cal/NAME": held out from the
-evaluated ones (a tau calibrated there is a deployable router). Any SCALE checkpoint works: a SCALE-Preserve checkpoint's records are
+Each --data set gives the --samples windows training evaluates on it (megatron-core's GPTDataset
+drawn with --eval-seed, training/data.py: with --samples = --eval-iters x --global-batch-size, the
+very windows of the run's evaluations, so the records' z_a is the run's own evaluation); each
+--calibration set (one of --data) gives the next --samples windows of the same order too, as
+"cal/NAME": held out from the evaluated ones (a tau calibrated there is a deployable router). Any SCALE checkpoint works: a SCALE-Preserve checkpoint's records are
 SCALE-Route's at that point of training, since Route trains bitwise like Preserve.
 Prints a JSON summary (tokens per set, each head's perplexity).
 """
@@ -29,7 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--load", required=True, help="a SCALE checkpoint (iter_* directory, or a run's --save: its newest)")
     p.add_argument("--data", required=True, nargs="+", type=name_value("--data", "PREFIX"), help="NAME=PREFIX ...")
     p.add_argument("--calibration", nargs="*", default=[], metavar="NAME",
-                   help="sets of --data whose windows halfway between the evaluated ones are kept too, as cal/NAME")
+                   help="sets of --data whose next --samples windows are kept too, as cal/NAME")
+    p.add_argument("--eval-seed", type=int, default=1234, help="training's --eval-seed (default 1234, training's default)")
     p.add_argument("--seq-length", type=int, required=True)
     p.add_argument("--samples", type=int, default=16, help="windows per set (default 16)")
     p.add_argument("--batch-size", type=int, default=2)
@@ -64,11 +67,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--load: checkpoint directory {load} does not exist")
         load = latest_iteration_dir(load) or load
         sets = {n: stored.Windows(p) for n, p in data.items()}
-        sets |= {f"cal/{n}": stored.Windows(data[n], 0.5) for n in a.calibration}
+        sets |= {f"cal/{n}": stored.Windows(data[n], a.samples) for n in a.calibration}
         records = stored.collect_sets(str(load), sets, seq_length=a.seq_length, samples=a.samples,
-                                      batch_size=a.batch_size, alphas=a.alphas)
-        meta = {"load": str(load), "sets": {n: {"prefix": w.prefix, "phase": w.phase} for n, w in sets.items()},
-                "seq_length": a.seq_length, "samples": a.samples, "tokenizer": a.tokenizer, "unit": "token"}
+                                      batch_size=a.batch_size, alphas=a.alphas, seed=a.eval_seed)
+        meta = {"load": str(load), "sets": {n: {"prefix": w.prefix, "skip": w.skip} for n, w in sets.items()},
+                "seq_length": a.seq_length, "samples": a.samples, "eval_seed": a.eval_seed, "tokenizer": a.tokenizer,
+                "unit": "token"}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         stored.save(a.out, records, meta)
         heads = {n: {h: math.exp(float(r[f"loss_{h[-1]}"].double().mean())) for h in ("z_p", "z_a")}

@@ -144,7 +144,8 @@ def point(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) ->
     return learning, statistics.fmean(base[s] / losses[s] for s in axis.old)
 
 
-def _losses(metrics: str | os.PathLike, axis: Axis) -> dict[int, dict[str, float]]:
+def losses_of(metrics: str | os.PathLike, axis: Axis) -> dict[int, dict[str, float]]:
+    """Each evaluation's loss (nats per token) on the axis' sets, by iteration (0 first, the base's)."""
     evals = evaluations(metrics)
     if 0 not in evals:
         raise ValueError(f"{metrics}: no iteration-0 evaluation (the base's, which the scores are relative to)")
@@ -158,7 +159,7 @@ def _losses(metrics: str | os.PathLike, axis: Axis) -> dict[int, dict[str, float
 
 def training_curve(metrics: str | os.PathLike, old: str | Sequence[str], new: str) -> tuple[Point, ...]:
     """(learning, retention) at every evaluation of one run, the first being its iteration 0."""
-    losses = _losses(metrics, Axis.of(old, new))
+    losses = losses_of(metrics, Axis.of(old, new))
     return tuple(point(v, losses[0], Axis.of(old, new)) for v in losses.values())
 
 

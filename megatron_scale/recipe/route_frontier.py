@@ -91,7 +91,9 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
     points: dict[str, Point] = {}
     curves: dict[str, list[Point]] = {}
     detail: dict[str, Any] = {"heads": {s: {"z_p": head_metric(r, "p", "ppl"), "z_a": head_metric(r, "a", "ppl")}
-                                        for s, r in evaluated.items()}, "routers": []}
+                                        for s, r in evaluated.items()},
+                              "losses": {s: {"z_p": base[s], "z_a": float(r["loss_a"].double().mean())}
+                                         for s, r in evaluated.items()}, "routers": []}
     paper = sweep(evaluated, "cosine", [0.5], "ppl", "above")[0]
     points[PAPER] = _scored(paper, base, axis)
     pieces = None
@@ -147,3 +149,30 @@ def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any)
         details.append({"iteration": it, "file": str(f), **rows["detail"]})
     runs += [Run(name, lr, seed, tuple(c)) for name, c in along.items()]
     return runs, details
+
+
+TOLERANCE = 1e-4  # relative: the same windows scored by training's evaluation and by the records
+
+
+def preserve_curve(losses: Mapping[int, Mapping[str, float]], details: Sequence[Mapping[str, Any]], axis: Axis,
+                   where: str) -> tuple[Point, ...]:
+    """SCALE-Preserve's curve along training: its own evaluations (`losses`, nats by iteration and
+    set, iteration 0 the base's) and, at the iterations it did not evaluate, its records' z_a (the
+    model's output), scored against the same base. Records score the run's own evaluation windows
+    (tools/route_records.py), so z_p there is the base's evaluation and z_a the run's at equal
+    iterations: both are checked, to TOLERANCE, and a mismatch is one error naming the file."""
+    base = losses[0]
+    points = {it: point(v, base, axis) for it, v in losses.items()}
+    for d in details:
+        got = d["losses"]
+        for s in axis.sets:
+            pairs = [("z_p", base[s], "its iteration-0 evaluation")]
+            if d["iteration"] in losses:
+                pairs.append(("z_a", losses[d["iteration"]][s], f"its evaluation at iteration {d['iteration']}"))
+            for head, want, what in pairs:
+                if abs(got[s][head] - want) > TOLERANCE * abs(want):
+                    raise ValueError(f"{where}: the route records {d['file']} give {s}'s {head} loss {got[s][head]:.6f}, "
+                                     f"{what} {want:.6f}: they score other windows than the run evaluated "
+                                     "(tools/route_records.py --samples and --eval-seed must be the run's)")
+        points.setdefault(d["iteration"], point({s: got[s]["z_a"] for s in axis.sets}, base, axis))
+    return tuple(points[it] for it in sorted(points))

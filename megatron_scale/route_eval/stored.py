@@ -8,7 +8,7 @@ statistic can be pooled per character or word afterwards, route_eval/units.py). 
 checkpoint has both heads, so a SCALE-Preserve checkpoint's records are SCALE-Route's at that
 point of training: Route trains bitwise like Preserve (tests/training/test_train_entry.py).
 
-    sets = {"en": Windows(prefix), "cal/en": Windows(prefix, 0.5), ...}     # two disjoint samples
+    sets = {"en": Windows(prefix), "cal/en": Windows(prefix, 16), ...}      # evaluated, held out
     records = collect_sets(load, sets, seq_length=256, samples=16)           # on its own rank(s)
     save(path, records, meta);  records, meta = load(path)
 
@@ -32,34 +32,45 @@ LABELS = "labels"
 
 @dataclass(frozen=True)
 class Windows:
-    """`samples` windows of a dataset prefix spread evenly over the whole set (`spread_windows`),
-    at `phase` of the spacing: phase 0 and phase 0.5 give two disjoint samples of the same set."""
+    """Windows `skip` .. `skip` + samples - 1 of the ones training's evaluation draws from a dataset
+    prefix (`eval_windows`): skip 0 gives the very windows a run evaluated (--eval-iters x
+    --global-batch-size of them), skip = samples as many more, disjoint from those (held out)."""
 
     prefix: str
-    phase: float = 0.0
+    skip: int = 0
 
 
-def spread_windows(prefix: str, seq_length: int, samples: int, phase: float = 0.0, flag: str = "--data") -> torch.Tensor:
-    """[samples, seq_length + 1] token ids: the set's documents concatenated in order and cut into
-    consecutive windows of seq_length + 1 tokens, of which windows floor((k + phase) M / samples),
-    k = 0 .. samples - 1, of the M there are: every part of the set is sampled (a held-out set
-    whose documents are whole movies or scenes would otherwise give its first few), and two
-    phases give disjoint windows while M >= 2 samples."""
+def eval_windows(prefix: str, seq_length: int, samples: int, skip: int = 0, seed: int = 1234,
+                 vocab_size: int = 1 << 20, flag: str = "--data") -> torch.Tensor:
+    """[samples, seq_length + 1] token ids: samples skip .. skip + samples - 1 of the named
+    evaluation set as training/data.py builds it (megatron-core's GPTDataset over the whole prefix,
+    its window order drawn with the --eval-seed `seed`), so that a checkpoint's records score the
+    windows its run evaluated. Within one epoch the order is a permutation of the set's windows:
+    two ranges of it never share a window."""
+    from megatron_scale.training.data import build_datasets
+
     import numpy as np
 
     from megatron_scale.data.inspection import open_dataset
 
-    if not 0.0 <= phase < 1.0:
-        raise ValueError(f"{flag} {prefix}: phase {phase} must lie in [0, 1)")
-    ds = open_dataset(prefix)
-    tokens = np.concatenate([np.asarray(ds[i], dtype=np.int64) for i in range(len(ds))]) if len(ds) else np.zeros(0, np.int64)
-    width = seq_length + 1
-    count = tokens.size // width
-    if count < 2 * samples:
-        raise ValueError(f"{flag} {prefix}: {tokens.size} tokens make {count} windows of --seq-length {seq_length} + 1, "
-                         f"fewer than 2 x --samples {samples} (two disjoint samples)")
-    picks = [int((k + phase) * count / samples) for k in range(samples)]
-    return torch.from_numpy(tokens[: count * width].reshape(count, width)[picks])
+    need = skip + samples
+    indexed = open_dataset(prefix)  # held while its memory-mapped lengths are read
+    per_epoch = (int(np.array(indexed.sequence_lengths, dtype=np.int64).sum()) - 1) // seq_length
+    del indexed
+    if per_epoch < need:
+        raise ValueError(f"{flag} {prefix}: {per_epoch} windows of --seq-length {seq_length}, fewer than the "
+                         f"{need} asked (windows {skip} .. {need - 1})")
+    try:
+        ds = build_datasets(blend=([prefix], None), split="100,0,0", eval_sets={"x": prefix}, seq_length=seq_length,
+                            seed=seed, eval_seed=seed, vocab_size=vocab_size, train_samples=1, eval_samples=need).evals["x"]
+    except Exception as e:  # megatron-core's own errors (a missing file, a set too short)
+        raise ValueError(f"{flag} {prefix}: {e}") from e
+    rows = []
+    for i in range(skip, need):
+        item = ds[i]
+        rows.append(torch.cat((torch.as_tensor(item["tokens"][:1], dtype=torch.long),
+                               torch.as_tensor(item["labels"], dtype=torch.long))))
+    return torch.stack(rows)
 
 
 def _rank(load: str, tp: int, sets: Mapping[str, torch.Tensor], batch_size: int, statistics: Sequence[str],
@@ -90,15 +101,16 @@ def _rank(load: str, tp: int, sets: Mapping[str, torch.Tensor], batch_size: int,
 
 
 def collect_sets(load: str, sets: Mapping[str, Windows], *, seq_length: int, samples: int, batch_size: int = 2,
-                 tp: int = 1, statistics: Sequence[str] = STATISTICS, alphas: Sequence[float] | None = None
-                 ) -> dict[str, dict[str, torch.Tensor]]:
-    """Records of `samples` windows of each named set, from `load` (any SCALE checkpoint) at TP `tp`."""
+                 tp: int = 1, statistics: Sequence[str] = STATISTICS, alphas: Sequence[float] | None = None,
+                 seed: int = 1234) -> dict[str, dict[str, torch.Tensor]]:
+    """Records of `samples` windows of each named set (training's evaluation windows with
+    --eval-seed `seed`), from `load` (any SCALE checkpoint) at TP `tp`."""
     from megatron_scale.convert.launch import on_ranks
     from megatron_scale.route_stats.mixing import ALPHAS
 
     if not os.path.isdir(load):
         raise ValueError(f"--load: checkpoint directory {load} does not exist")
-    ids = {name: spread_windows(w.prefix, seq_length, samples, w.phase, flag=f"--data {name}") for name, w in sets.items()}
+    ids = {name: eval_windows(w.prefix, seq_length, samples, w.skip, seed, flag=f"--data {name}") for name, w in sets.items()}
     return on_ranks(_rank, tp, 1, load, tp, ids, batch_size, tuple(statistics),
                     tuple(ALPHAS if alphas is None else alphas))[0]
 

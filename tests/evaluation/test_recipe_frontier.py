@@ -146,12 +146,14 @@ def _seeded(root: Path, method: str, seed: int, evals: dict[int, dict[str, float
     path.write_text(json.dumps({"kind": "start", "iteration": 0, "seed": seed}) + "\n" + path.read_text())
 
 
-def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_records(tmp_path: Path) -> None:
+def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_records(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """Issue 44's SmolLM2 frontier: two seeds per method, retention the mean of two English sets,
     NSMC (ko) and legal Korean (ko_legal) as two learning axes, Preserve - full paired per seed,
     and Route's rows from the route records of a Preserve checkpoint."""
+    import torch
+
     from megatron_scale.route_eval import stored
-    from tests.route_eval.test_stored import META, _records
+    from tests.route_eval.test_stored import META, _set
 
     base = {"en": 4.0, "en_modern": 2.0, "ko": 2.0, "ko_legal": 3.0}
     # Korean learning 0.04, 0.07, 0.11 on both axes at iterations 1, 2, 3 (every gap under 0.05)
@@ -163,10 +165,14 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
     root = tmp_path / "wd"
     _seeded(root, "full", 1, english(1.025, 1.05, 1.1))  # forgets from the first step
     _seeded(root, "full", 2, english(1.0, 1.0, 1.1))  # forgets late
-    for seed in (1, 2):
-        _seeded(root, "scale-preserve", seed, english(1.0, 1.025, 1.05))
-    rec = _records()
-    rec["en_modern"], rec["ko_legal"] = rec["en"], rec["ko"]
+    preserve = english(1.0, 1.025, 1.05)
+    _seeded(root, "scale-preserve", 2, preserve)
+    # seed 1 did not evaluate at iteration 2: its route records there give it (z_p the base, z_a
+    # the model), on the same windows; English sits high on every router statistic, Korean low
+    _seeded(root, "scale-preserve", 1, {it: v for it, v in preserve.items() if it != 2})
+    rec = {name: _set(base[name], preserve[2][name], 0.1 if name.startswith("ko") else 0.9, {0.0: base[name]})
+           for name in base}
+    rec |= {"cal/en": _set(4.0, 4.1, 0.9, {}), "cal/ko": _set(2.0, 1.86, 0.1, {})}
     records = root / "runs" / "scale-preserve-seed1" / "route_records"
     records.mkdir()
     stored.save(records / "iter_0000002.safetensors", rec, META)
@@ -189,10 +195,11 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
         assert f"| {name} | 2 | {cells} |" in table, (cells, table)
     d1, d2 = at(p, 0.05) - at(f1, 0.05), at(p, 0.05) - at(f2, 0.05)  # Preserve - full, per seed
     assert f"| scale-preserve - full | {(d1 + d2) / 2:+.3f} [{min(d1, d2):+.3f}, {max(d1, d2):+.3f}]" in table, table
-    # Route from seed 1's Preserve checkpoint: the paper's router keeps English and learns 0.5
+    # Route from seed 1's Preserve checkpoint: the paper's router keeps English and learns 0.07
     # there, a chord from (0, 1) at iteration 0 (no checkpoint evaluated in between)
-    assert "| scale-route[paper: cosine>=0.5, token] | 1 | ~1.000 (~1/1) | ~1.000 (~1/1) |" in table, table
-    assert "| control[random mixing] | 1 | 0.952 | 0.909 |" in table, table  # (f/2, 2/(2+f)), at f = 0.1 and 0.2
+    assert "| scale-route[paper: cosine>=0.5, token] | 1 | ~1.000 (~1/1) | not reached |" in table, table
+    # random mixing at rate f learns 0.07 f and keeps 1 / (1 + 0.025 f) of English: at 0.05, f = 5/7
+    assert f"| control[random mixing] | 1 | {1 / (1 + 0.025 * 5 / 7):.3f} | not reached |" in table, table
     legal = (out / "ko_legal" / "frontier.md").read_text()  # the same learning on legal Korean
     assert f"| scale-preserve | 2 | {at(p, 0.05):.3f} [{at(p, 0.05):.3f}, {at(p, 0.05):.3f}]" in legal, legal
     assert (out / "by_set" / "en" / "frontier.md").is_file() and (out / "by_set" / "en_modern" / "frontier.png").is_file()
@@ -200,6 +207,14 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
     assert f"| full | 1 | 0.001 | 0.001: {at(f1, 0.05):.3f} | 0.001: {at(f1, 0.1):.3f} |" in best, best
     (ckpt,) = json.loads((out / "route_detail.json").read_text())[0]["checkpoints"]
     router = next(r for r in ckpt["routers"] if r["statistic"] == "cosine")
-    assert (ckpt["iteration"], router["unit"], router["direction"], router["tau"]) == (2, "token", "above", pytest.approx(0.95))
+    assert (ckpt["iteration"], router["unit"], router["direction"], router["tau"]) == (2, "token", "above", pytest.approx(0.9))
+    # records that score other windows than the run's evaluation are refused
+    rec["en"]["loss_p"] = torch.full_like(rec["en"]["loss_p"], 4.5)
+    stored.save(records / "iter_0000002.safetensors", rec, META)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        tool.main([f"{root}:scale-preserve:1e-3:1", "--out", str(tmp_path / "bad"), "--old", "en", "en_modern",
+                   "--route-units", "token"])
+    assert "score other windows than the run evaluated" in capsys.readouterr().err
     final = (out / "final.md").read_text()
     assert "| full | 0.001 | 1 | 3 | +10.0% | +10.0% | -11.0% |" in final.replace(" |  |", " |"), final
