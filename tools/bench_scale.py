@@ -1,7 +1,7 @@
 """Benchmark SCALE against Megatron's own dense layers: step time, tokens/s, peak memory, bytes of
 gradients and optimizer state, each beside its FLOP prediction (megatron_scale/model/flops.py).
 
-    OMP_NUM_THREADS=2 python tools/bench_scale.py --out docs/bench_scale_cpu.json      # CPU, fp32
+    OMP_NUM_THREADS=2 python tools/bench_scale.py --out results/DATE-bench-cpu/bench.json   # CPU, fp32
     python tools/bench_scale.py --device cuda --bf16 --peak-tflops 989                   # GPU, + MFU
     python tools/bench_scale.py --device cuda --bf16 --transformer-impl transformer_engine \
         --fp8-format hybrid --fp8-recipe delayed --peak-tflops 1979                      # H100, FP8

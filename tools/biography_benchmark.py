@@ -38,7 +38,7 @@ from megatron_scale.bio.frontier import title as frontier_title
 from megatron_scale.bio.report import expansion_table, router_table, table, write_all
 
 PRESETS = {
-    # Measured on 2 CPU cores: see docs/biography.md.
+    # Measured on 2 CPU cores: see results/2026-11-23-biography-cpu/.
     "cpu": Settings(),
     # The paper's scale: 200K people, 100K pre-trained, 50K task 0, 20K task 1 (one GPU).
     "gpu": Settings(

@@ -7,7 +7,8 @@ megatron_scale/testing/kills.py; CI runs one trial per method in tests/training/
 
 Methods rotate over the trials; the first kill of each trial cycles through the fault points in
 seeded order, and each resume is killed again with probability --resume-kill. Prints a line per
-trial and the tables docs/reliability.md quotes; exits 1 at the first trial that fails its checks.
+trial and the tables of results/2026-11-24-kill-trials; exits 1 at the first trial that fails its
+checks.
 Needs Linux (/proc).
 """
 

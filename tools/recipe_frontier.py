@@ -4,7 +4,7 @@ seeds, and SCALE-Route's rows: its router sweep, or (from SCALE-Preserve's check
 records, recipe/route_frontier.py) the paper's router, deployable and oracle routers and the
 random and global-alpha controls.
 
-    python tools/recipe_frontier.py --out docs/recipe_frontier \\
+    python tools/recipe_frontier.py --out results/DATE-smollm2-frontier \\
         runs/frontier/lr1e-3:scale-preserve:1e-3 runs/frontier/lr1e-3:full:1e-3 ...
     python tools/recipe_frontier.py --out results/frontier --old en en_modern en_passages --new ko \\
         --also-new ko_legal runs/fr/p1e-3:scale-preserve:1e-3:1234 runs/fr/p1e-3:scale-preserve:1e-3:1235 ...
