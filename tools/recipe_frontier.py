@@ -37,7 +37,7 @@ from megatron_scale.recipe.frontier import LEVELS, Axis, Spec, axes, extras, fin
 
 
 def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: list[str],
-               calibrate_on: tuple[str, str]) -> tuple[list[Run], list[dict], dict[tuple, tuple]]:
+               calibrate_on: tuple[str, str], base: str | None = None) -> tuple[list[Run], list[dict], dict[tuple, tuple]]:
     """Route's rows from every SCALE-Preserve run with route records (recipe/route_frontier.py) at
     one of `lrs` (None: any), each router calibrated on the held-out windows of `calibrate_on`
     (old, new) whatever the axis: one router, scored on every axis. Also each such Preserve run's
@@ -50,7 +50,7 @@ def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: li
         if s.method == "scale-preserve" and records_files(s.run_dir):
             seed = s.trained_seed()
             got, d = route_runs(s.run_dir, s.lr, seed, axis, units=tuple(units), calibrate_on=calibrate_on)
-            curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis), d, axis, str(s.run_dir))
+            curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis, base), d, axis, str(s.run_dir))
             if lrs is None or s.lr in lrs:
                 runs += got
                 detail.append({"run": str(s.run_dir), "lr": s.lr, "seed": seed, "checkpoints": d})
@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="learning levels of the table (share of the base's new-domain bits per byte gone)")
     ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
                     help="report A - B per seed at each level (repeatable)")
+    ap.add_argument("--base-metrics", default=None,
+                    help="a run's metrics.jsonl whose iteration-0 evaluation (the base model's) stands for the runs "
+                         "that skipped theirs, where they evaluated the same windows (their start records agree)")
     ap.add_argument("--route-lrs", type=float, nargs="+", default=None,
                     help="Route's rows from the SCALE-Preserve runs at these LRs only (default: every run with route records)")
     ap.add_argument("--route-units", nargs="+", default=["token", "char"], choices=("token", "char", "word"),
@@ -107,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             frontiers += [(Axis.of(o, a.new), os.path.join(a.out, "by_set", o)) for o in a.old]
         computed = []
         for axis, out in frontiers:
-            routed, detail, preserve = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new))
+            routed, detail, preserve = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new),
+                                                  a.base_metrics)
             runs = [Run(r.method, r.lr, r.seed, preserve.get((r.method, r.lr, r.seed), r.curve))
-                    for r in runs_of(specs, axis.old, axis.new)]
+                    for r in runs_of(specs, axis.old, axis.new, a.base_metrics)]
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
             computed.append((axis, out, runs + routed + more, markers, info, detail))
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 written.append(os.path.join(out, "route_detail.json"))
             with open(paths["md"], encoding="utf-8") as f:
                 print(f.read())
-    final = final_table(specs, tuple(a.sets))
+    final = final_table(specs, tuple(a.sets), a.base_metrics)
     atomic_write(os.path.join(a.out, "final.md"), final.encode("utf-8"))
     print(final)
     print(f"wrote {', '.join(written)}, {os.path.join(a.out, 'final.md')}")

@@ -121,11 +121,7 @@ class Spec:
     def trained_seed(self) -> int:
         """The run's seed: the one its metrics record (the training entry's "start" record), which
         must be the folder's; training's default where neither says."""
-        recorded = None
-        for line in self.metrics.read_text().splitlines():
-            if line.startswith('{"kind": "start"'):
-                recorded = json.loads(line).get("seed")
-                break
+        recorded = start_record(self.metrics).get("seed")
         if self.seed is not None and recorded is not None and recorded != self.seed:
             raise ValueError(f"run {self.workdir}:{self.method}: its folder says seed {self.seed}, its metrics "
                              f"{self.metrics} record seed {recorded}")
@@ -144,11 +140,35 @@ def point(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) ->
     return learning, statistics.fmean(base[s] / losses[s] for s in axis.old)
 
 
-def losses_of(metrics: str | os.PathLike, axis: Axis) -> dict[int, dict[str, float]]:
-    """Each evaluation's loss (nats per token) on the axis' sets, by iteration (0 first, the base's)."""
+WINDOWS = ("seq_length", "global_batch_size", "eval_iters", "eval_seed", "eval_data")  # what fixes the evaluated windows
+
+
+def start_record(metrics: str | os.PathLike) -> dict:
+    """A run's "start" record (training/loop.py: its settings), {} where it has none."""
+    for line in Path(metrics).read_text().splitlines():
+        if line.startswith('{"kind": "start"'):
+            return json.loads(line)
+    return {}
+
+
+def losses_of(metrics: str | os.PathLike, axis: Axis, base: str | os.PathLike | None = None) -> dict[int, dict[str, float]]:
+    """Each evaluation's loss (nats per token) on the axis' sets, by iteration (0 first, the base's).
+    A run that did not evaluate at iteration 0 takes the iteration-0 evaluation of `base` (another
+    run's metrics, from the same base model), where the two evaluated the same windows: the start
+    records must agree on every setting in WINDOWS that both record."""
     evals = evaluations(metrics)
+    if 0 not in evals and base is not None:
+        mine, theirs = start_record(metrics), start_record(base)
+        differ = [k for k in WINDOWS if k in mine and k in theirs and mine[k] != theirs[k]]
+        if not mine or not theirs or differ:
+            raise ValueError(f"{metrics}: its evaluations and the base's {base} do not score the same windows "
+                             f"({'differing: ' + ', '.join(differ) if differ else 'a start record is missing'})")
+        shared = evaluations(base)
+        if 0 in shared:
+            evals = {0: shared[0], **evals}
     if 0 not in evals:
-        raise ValueError(f"{metrics}: no iteration-0 evaluation (the base's, which the scores are relative to)")
+        raise ValueError(f"{metrics}: no iteration-0 evaluation (the base's, which the scores are relative to; "
+                         "--base-metrics gives one for runs that skipped it)")
     for it, recs in evals.items():
         missing = [n for n in axis.sets if n not in recs]
         if missing:
@@ -157,9 +177,11 @@ def losses_of(metrics: str | os.PathLike, axis: Axis) -> dict[int, dict[str, flo
     return {it: {n: float(recs[n]["lm_loss"]) for n in axis.sets} for it, recs in sorted(evals.items())}
 
 
-def training_curve(metrics: str | os.PathLike, old: str | Sequence[str], new: str) -> tuple[Point, ...]:
-    """(learning, retention) at every evaluation of one run, the first being its iteration 0."""
-    losses = losses_of(metrics, Axis.of(old, new))
+def training_curve(metrics: str | os.PathLike, old: str | Sequence[str], new: str,
+                   base: str | os.PathLike | None = None) -> tuple[Point, ...]:
+    """(learning, retention) at every evaluation of one run, the first being its iteration 0
+    (`base`'s where the run skipped it: losses_of)."""
+    losses = losses_of(metrics, Axis.of(old, new), base)
     return tuple(point(v, losses[0], Axis.of(old, new)) for v in losses.values())
 
 
@@ -226,7 +248,8 @@ def extras(specs: list[Spec], old: str = "en", new: str = "ko") -> tuple[list[Ru
     return runs, markers, info
 
 
-def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko") -> list[Run]:
+def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
+            base: str | os.PathLike | None = None) -> list[Run]:
     """Every curve: one per run along training, and per router statistic of each run with a sweep
     (a sweep scores one old set: with several, the sweep is left out)."""
     out = []
@@ -234,20 +257,24 @@ def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko")
         if not s.metrics.is_file():
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
         seed = s.trained_seed()
-        out.append(Run(s.name, s.lr, seed, training_curve(s.metrics, old, new)))
+        out.append(Run(s.name, s.lr, seed, training_curve(s.metrics, old, new, base)))
         if s.sweep.is_file() and (isinstance(old, str) or len(old) == 1):
             out += sweep_curves(s.sweep, s.name, s.lr, old if isinstance(old, str) else old[0], new, seed)
     return out
 
 
-def final_table(specs: list[Spec], sets: tuple[str, ...]) -> str:
+def final_table(specs: list[Spec], sets: tuple[str, ...], base: str | os.PathLike | None = None) -> str:
     """Markdown: every run's last evaluation, each set's bits-per-byte change against the base
-    (loss ratio - 1, the same windows), to show the English sets the frontier does not draw."""
+    (loss ratio - 1, the same windows; `base`'s iteration 0 for a run that skipped its own, as
+    losses_of checks), to show the English sets the frontier does not draw."""
     seeded = any(s.seed is not None for s in specs)
     lines = ["| method | LR |" + (" seed |" if seeded else "") + " iteration | " + " | ".join(f"{s} change" for s in sets) + " |",
              "|---|---|" + ("---|" if seeded else "") + "---|" + "---|" * len(sets)]
     for s in specs:
         evals = evaluations(s.metrics)
+        if 0 not in evals:
+            losses_of(s.metrics, Axis.of((), sets[0]), base)  # the check, or the error
+            evals = {0: evaluations(base)[0], **evals}
         last = max(evals)
         cells = [_pct(float(evals[last][n]["lm_loss"]), float(evals[0][n]["lm_loss"]))
                  if n in evals[last] and n in evals[0] else "" for n in sets]

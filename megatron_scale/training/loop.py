@@ -260,7 +260,8 @@ def _start_record(run: Run) -> dict[str, Any]:
             "lr": c.optim.lr, "train_iters": c.schedule.train_iters,
             "global_batch_size": c.schedule.global_batch_size, "seq_length": c.schedule.seq_length,
             "eval_iters": c.logging.eval_iters, "eval_interval": c.logging.eval_interval,
-            "eval_iterations": list(c.logging.eval_iterations), "save_iterations": list(c.checkpoint.save_iterations)}
+            "eval_iterations": list(c.logging.eval_iterations), "save_iterations": list(c.checkpoint.save_iterations),
+            "eval_data": c.data.evals()}
 
 
 class _Signals:

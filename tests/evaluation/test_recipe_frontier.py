@@ -140,10 +140,12 @@ def _tool():  # type: ignore[no-untyped-def]
     return tool
 
 
-def _seeded(root: Path, method: str, seed: int, evals: dict[int, dict[str, float]]) -> None:
-    _metrics(root / "runs" / f"{method}-seed{seed}" / "metrics.jsonl", evals)
+def _seeded(root: Path, method: str, seed: int, evals: dict[int, dict[str, float]], eval_seed: int = 1234) -> Path:
     path = root / "runs" / f"{method}-seed{seed}" / "metrics.jsonl"
-    path.write_text(json.dumps({"kind": "start", "iteration": 0, "seed": seed}) + "\n" + path.read_text())
+    _metrics(path, evals)
+    start = {"kind": "start", "iteration": 0, "seed": seed, "eval_seed": eval_seed, "seq_length": 256}
+    path.write_text(json.dumps(start) + "\n" + path.read_text())
+    return path
 
 
 def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_records(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -163,8 +165,9 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
         return {0: base} | {i + 1: {"en": 4.0 * r, "en_modern": 2.0 * r, **ko[i]} for i, r in enumerate(ratios)}
 
     root = tmp_path / "wd"
-    _seeded(root, "full", 1, english(1.025, 1.05, 1.1))  # forgets from the first step
-    _seeded(root, "full", 2, english(1.0, 1.0, 1.1))  # forgets late
+    shared = _seeded(root, "full", 1, english(1.025, 1.05, 1.1))  # forgets from the first step
+    # forgets late; it skipped its iteration-0 evaluation: seed 1's (the same windows) stands in
+    _seeded(root, "full", 2, {it: v for it, v in english(1.0, 1.0, 1.1).items() if it})
     preserve = english(1.0, 1.025, 1.05)
     _seeded(root, "scale-preserve", 2, preserve)
     # seed 1 did not evaluate at iteration 2: its route records there give it (z_p the base, z_a
@@ -178,7 +181,8 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
     stored.save(records / "iter_0000002.safetensors", rec, META)
     out = tmp_path / "out"
     tool = _tool()  # in this process: the import is paid once
-    assert tool.main(["--out", str(out), "--old", "en", "en_modern", "--new", "ko", "--also-new", "ko_legal",
+    assert tool.main(["--out", str(out), "--base-metrics", str(shared), "--old", "en", "en_modern", "--new", "ko",
+                      "--also-new", "ko_legal",
                       "--levels", "0.05", "0.1", "--route-units", "token", "--pair", "scale-preserve", "full",
                       *(f"{root}:{m}:1e-3:{s}" for m in ("full", "scale-preserve") for s in (1, 2))]) == 0
 
@@ -208,13 +212,19 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
     (ckpt,) = json.loads((out / "route_detail.json").read_text())[0]["checkpoints"]
     router = next(r for r in ckpt["routers"] if r["statistic"] == "cosine")
     assert (ckpt["iteration"], router["unit"], router["direction"], router["tau"]) == (2, "token", "above", pytest.approx(0.9))
+    # a base that evaluated other windows (another --eval-seed) cannot stand in
+    other = _seeded(tmp_path / "other", "full", 1, english(1.0, 1.0, 1.0), eval_seed=7)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        tool.main([f"{root}:full:1e-3:2", "--out", str(tmp_path / "bad"), "--base-metrics", str(other)])
+    assert "do not score the same windows (differing: eval_seed)" in capsys.readouterr().err
     # records that score other windows than the run's evaluation are refused
     rec["en"]["loss_p"] = torch.full_like(rec["en"]["loss_p"], 4.5)
     stored.save(records / "iter_0000002.safetensors", rec, META)
     capsys.readouterr()
     with pytest.raises(SystemExit):
         tool.main([f"{root}:scale-preserve:1e-3:1", "--out", str(tmp_path / "bad"), "--old", "en", "en_modern",
-                   "--route-units", "token"])
+                   "--route-units", "token", "--base-metrics", str(shared)])
     assert "score other windows than the run evaluated" in capsys.readouterr().err
     final = (out / "final.md").read_text()
     assert "| full | 0.001 | 1 | 3 | +10.0% | +10.0% | -11.0% |" in final.replace(" |  |", " |"), final
