@@ -43,15 +43,16 @@ def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: li
     (old, new) whatever the axis: one router, scored on every axis. Also each such Preserve run's
     curve with its records' z_a where it did not evaluate, by (name, LR, seed)."""
     from megatron_scale.recipe.frontier import losses_of
-    from megatron_scale.recipe.route_frontier import preserve_curve, records_files, route_runs
+    from megatron_scale.recipe.route_frontier import preserve_curve, records_files, records_losses, route_runs
 
     runs, detail, curves = [], [], {}
     for s in specs:
         if s.method == "scale-preserve" and records_files(s.run_dir):
             seed = s.trained_seed()
-            got, d = route_runs(s.run_dir, s.lr, seed, axis, units=tuple(units), calibrate_on=calibrate_on)
-            curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis, base), d, axis, str(s.run_dir))
+            curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis, base), records_losses(s.run_dir),
+                                                          axis, str(s.run_dir))
             if lrs is None or s.lr in lrs:
+                got, d = route_runs(s.run_dir, s.lr, seed, axis, units=tuple(units), calibrate_on=calibrate_on)
                 runs += got
                 detail.append({"run": str(s.run_dir), "lr": s.lr, "seed": seed, "checkpoints": d})
     return runs, detail, curves

@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=16, help="windows per set (default 16)")
     p.add_argument("--batch-size", type=int, default=2)
     p.add_argument("--alphas", type=float, nargs="*", default=None,
-                   help="weights of z_p + alpha (z_a - z_p) to score (default 0, 0.05, ..., 1)")
+                   help="weights of z_p + alpha (z_a - z_p) to score (default 0, 0.05, ..., 1; none given: none)")
     p.add_argument("--tokenizer", default=None, help="the data's tokenizer (recorded: per-character pooling needs it)")
     p.add_argument("--out", required=True, help="the records file (.safetensors) to write")
     return p

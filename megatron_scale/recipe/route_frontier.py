@@ -129,6 +129,21 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
     return {"points": points, "curves": curves, "detail": detail}
 
 
+def records_losses(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Per records file of a run: {"iteration", "file", "losses": {set: {"z_p", "z_a"}}}, the mean loss
+    (nats per token) of each head on each evaluated set (records without calibration sets or
+    alpha mixtures do: the Preserve curve needs only these)."""
+    from megatron_scale.route_eval import stored
+
+    out = []
+    for it, f in records_files(run_dir):
+        records, _ = stored.load(f)
+        out.append({"iteration": it, "file": str(f), "losses": {
+            s: {"z_p": float(r["loss_p"].double().mean()), "z_a": float(r["loss_a"].double().mean())}
+            for s, r in records.items() if not s.startswith("cal/")}})
+    return out
+
+
 def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any) -> tuple[list[Run], list[dict]]:
     """The frontier's Route rows of one SCALE-Preserve run (its records files), and per checkpoint
     its detail (iteration first)."""
