@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from megatron_scale.data.files import atomic_write
 from megatron_scale.evaluation.frontier import (
-    Point, Run, default_gap, paired, paired_table, pareto, retention_at, spread, summarise, table,
+    Point, Run, default_gap, optimum_table, paired, paired_table, pareto, retention_at, spread, summarise, table,
 )
 
 
@@ -169,7 +169,7 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
 
 
 def _summary_json(summary: Mapping[str, Mapping[str, object]]) -> dict:
-    return {m: {"seeds": s["seeds"], "area": vars(s["area"]),
+    return {m: {"seeds": s["seeds"], "lrs": s["lrs"], "area": vars(s["area"]),
                 "levels": {str(level): vars(v) for level, v in s["levels"].items()}}  # type: ignore[union-attr]
             for m, s in summary.items()}
 
@@ -221,6 +221,10 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
                  table(capped_summary, levels, **kw)]
     else:
         text.append(f"No {axes.old_name} score exceeds 1, so retention capped at 1 is the table above.\n")
+    trained = [m for m in summary if "[" not in m and len(summary[m]["lrs"]) > 1]  # type: ignore[arg-type]
+    if trained:
+        text += ["Which LR gives each seed's best (a method's optimum is bracketed where it is interior):\n",
+                 optimum_table(summary, levels, new=axes.new, methods=trained)]
     if pair_docs:
         text += [f"Paired differences, a - b per seed (each seed's best over LRs): mean [min, max] sd, and in how "
                  "many seeds a is ahead\n", paired_table(summary, pairs, levels, new=axes.new)]
