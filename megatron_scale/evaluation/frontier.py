@@ -87,7 +87,7 @@ def cell_at(curve: Sequence[Point], level: float, max_gap: float = math.inf) -> 
         new0, old0 = curve[i - 1]
         if (new0 - level) * (new - level) < 0:  # the segment crosses the level strictly inside
             at = old0 + (old - old0) * (level - new0) / (new - new0)
-            offer(Cell(at, abs(new - new0) <= max_gap, ((new0, old0), (new, old))))
+            offer(Cell(at, abs(new - new0) <= max_gap + 1e-9, ((new0, old0), (new, old))))  # 18/120 is 0.15
     return best
 
 
