@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -250,6 +251,10 @@ def run_stage(
     finally:
         run.log.close()
         destroy_distributed()
+        # the torn-down gloo groups sit in reference cycles: unless collected, each stage leaves ~20 gloo
+        # TCP-loop threads (some spinning) and ~40 run-loop threads behind, and a frontier of many
+        # stages in one process slows to a crawl
+        gc.collect()
     final_records = {n: v[-1]["records"] for n, v in curves.items() if v and "records" in v[-1]}
     return {
         "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
