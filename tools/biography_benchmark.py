@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "micro-batch-size", "global-batch-size", "pretrain-iters", "task0-iters", "task1-iters",
                  "eval-interval", "eval-people", "freeze-layers", "lora-rank", "eval-dense-until", "eval-dense-interval"):
         p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult", "lora-alpha"):
+    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult", "lora-alpha", "eval-dense-gap"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--task1-stop-at", type=float, default=None,
                    help="stop each task-1 run at its first evaluation with task-1 accuracy >= this "

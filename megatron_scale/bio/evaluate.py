@@ -46,16 +46,7 @@ TAUS = (-1.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.01)
 
 def predictions(model: Any, items: Sequence[Probe], batch_size: int = 64) -> list[int]:
     """The model's argmax next token after each prompt (eval mode: a Route model routes)."""
-    was_training = model.training
-    model.eval()
-    out: list[torch.Tensor] = []
-    try:
-        with torch.no_grad():
-            for _, inputs, at_last in _prompt_batches(model, items, batch_size):
-                out.append(model(*inputs)[at_last].argmax(-1).cpu())
-    finally:
-        model.train(was_training)
-    return torch.cat(out).tolist() if out else []
+    return answer_logits(model, items, batch_size).argmax(-1).cpu().tolist() if items else []
 
 
 def _prompt_batches(model: Any, items: Sequence[Probe], batch_size: int) -> Iterator[tuple[Sequence[Probe], tuple, tuple]]:

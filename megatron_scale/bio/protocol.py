@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -68,6 +69,7 @@ class Settings:
     eval_interval: int = 20
     eval_dense_until: int = 0  # task 1: also evaluate every eval_dense_interval steps up to this step
     eval_dense_interval: int = 10
+    eval_dense_gap: float | None = None  # task 1: also every eval_dense_interval steps while task-1 accuracy moves faster
     task1_stop_at: float | None = None  # task 1: stop at the first evaluation with task-1 accuracy >= this
     # task 1, per-probe router records at the last evaluation: a non-SCALE run against its step-0 (task-0)
     # model (the routed-baseline control); a scale-preserve run of its two heads (Route's router on it)
@@ -94,6 +96,8 @@ class Settings:
             raise ValueError("--eval-interval must be at least 1")
         if self.eval_dense_interval < 1 or self.eval_dense_until < 0:
             raise ValueError("--eval-dense-interval must be at least 1 and --eval-dense-until at least 0")
+        if self.eval_dense_gap is not None and not self.eval_dense_gap > 0:
+            raise ValueError(f"--eval-dense-gap {self.eval_dense_gap}: must be > 0")
         if self.task1_stop_at is not None and not 0 < self.task1_stop_at <= 1:
             raise ValueError(f"--task1-stop-at {self.task1_stop_at}: must be a task-1 accuracy in (0, 1]")
         if self.lora_alpha is not None and not self.lora_alpha > 0:
@@ -161,22 +165,31 @@ ROUTE_KEYS = ("preserve_head_accuracy", "adapt_head_accuracy", "answer_preserve_
 @dataclass(frozen=True)
 class EvalPlan:
     """When a stage evaluates and when it stops: at step 0, every `interval` steps, also every
-    `dense_interval` steps up to `dense_until` (fast learners cross a table's levels early), and at
-    the end; with `stop_at`, it ends after the first evaluation whose task-1 accuracy is at least
+    `dense_interval` steps up to `dense_until` (fast learners cross a table's levels early), with
+    `dense_gap` also every `dense_interval` steps while the last evaluations' task-1 accuracy,
+    extrapolated over `interval` steps, moves by more than `dense_gap` (slower learners cross them
+    later, as fast), and at the end; with `stop_at`, it ends after the first evaluation whose task-1 accuracy is at least
     that (the stage's iterations are then a hard cap). `baseline` records, at every evaluation
-    (the last kept), each probe against the stage's step-0 model (evaluate.baseline_records);
-    `heads` records a SCALE model's two heads (evaluate.answer_records: Route's router on it)."""
+    (only the last is kept, so only it is computed) each probe against the stage's step-0 model
+    (evaluate.baseline_records); `heads` records a SCALE model's two heads (evaluate.answer_records:
+    Route's router on it)."""
 
     interval: int
     dense_until: int = 0
     dense_interval: int = 10
     stop_at: float | None = None
+    dense_gap: float | None = None
     baseline: bool = False
     heads: bool = False
 
-    def due(self, step: int, iters: int) -> bool:
-        return (step % self.interval == 0 or step == iters
-                or (step <= self.dense_until and step % self.dense_interval == 0))
+    def due(self, step: int, iters: int, last: tuple[tuple[int, float], ...] = ()) -> bool:
+        """Whether to evaluate at `step`, given the last two evaluations' (step, task-1 accuracy)."""
+        if step % self.interval == 0 or step == iters or (step <= self.dense_until and step % self.dense_interval == 0):
+            return True
+        if self.dense_gap is None or len(last) < 2 or step % self.dense_interval:
+            return False
+        (s0, a0), (s1, a1) = last[-2:]
+        return abs(a1 - a0) * self.interval / max(s1 - s0, 1) > self.dense_gap
 
 
 def run_stage(
@@ -207,12 +220,8 @@ def run_stage(
         steps.append(run.iteration)
         for name, items in evals.items():
             curves[name].append(evaluate.first_token_accuracy(run.model, items))
-            if plan.baseline:
-                if name not in base_logits:  # step 0: the model as loaded, the task-0 model's function
-                    base_logits[name] = evaluate.answer_logits(run.model, items)
-                baseline[name] = evaluate.json_records(evaluate.baseline_records(base_logits[name], run.model, items))
-            elif plan.heads:
-                baseline[name] = evaluate.json_records(evaluate.answer_records(run.model, items))
+            if plan.baseline and name not in base_logits:  # step 0: the model as loaded, the task-0 model's function
+                base_logits[name] = evaluate.answer_logits(run.model, items)
         eval_seconds += time.monotonic() - t
         shown = " ".join(f"{n}={curves[n][-1]['accuracy']:.3f}" for n in evals)
         progress(f"    step {run.iteration:5d}  loss {losses[-1] if losses else float('nan'):.4f}  {shown}")
@@ -225,15 +234,27 @@ def run_stage(
             measure()
         while run.iteration < iters and not (evals and reached()):
             losses.append(train_step(run)["lm_loss"])
-            if evals and plan.due(run.iteration, iters):
+            last = tuple(zip(steps[-2:], (c["accuracy"] for c in curves.get("task1", [])[-2:]), strict=False))
+            if evals and plan.due(run.iteration, iters, last):
                 measure()
             elif not evals and (run.iteration % (10 * plan.interval) == 0 or run.iteration == iters):
                 progress(f"    step {run.iteration:5d}  loss {losses[-1]:.4f}  {time.monotonic() - start:.0f}s")
+        if evals and (plan.baseline or plan.heads):  # the model of the last evaluation: it ended right after one
+            t = time.monotonic()
+            for name, items in evals.items():
+                rec = (evaluate.baseline_records(base_logits[name], run.model, items) if plan.baseline
+                       else evaluate.answer_records(run.model, items))
+                baseline[name] = evaluate.json_records(rec)
+            eval_seconds += time.monotonic() - t
         if save:
             run.save()
     finally:
         run.log.close()
         destroy_distributed()
+        # the torn-down gloo groups sit in reference cycles: unless collected, each stage leaves ~20 gloo
+        # TCP-loop threads (some spinning) and ~40 run-loop threads behind, and a frontier of many
+        # stages in one process slows to a crawl
+        gc.collect()
     final_records = {n: v[-1]["records"] for n, v in curves.items() if v and "records" in v[-1]}
     return {
         "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
@@ -265,7 +286,7 @@ class StageMismatch(ValueError):
 
 STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
 # settings of task 1 alone: the pre-training and task-0 stages do not depend on them
-TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "task1_stop_at",
+TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "eval_dense_gap", "task1_stop_at",
               "routed_baselines", "freeze_layers", "lora_rank", "lora_alpha", "router_tau", "router_statistic",
               "router_direction")
 # settings a task-1 method does not read
@@ -360,7 +381,7 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     for method, lr in ((m, lr) for m in s.methods for lr in grid):
         key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
         progress(f"task 1: {method} at lr {lr:g}")
-        plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at,
+        plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at, s.eval_dense_gap,
                         baseline=s.routed_baselines and not method.startswith("scale-"),
                         heads=s.routed_baselines and method == "scale-preserve")
         r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), stage_key(s, method),

@@ -25,12 +25,13 @@ import torch
 
 from megatron_scale.bio.people import ATTRIBUTES
 from megatron_scale.route_eval import analysis, controls
-from megatron_scale.route_eval.curves import stat_key
+from megatron_scale.route_eval.curves import stat_key, sweep
 from megatron_scale.route_stats.statistics import STATISTICS
 
 GOAL_TASK0, GOAL_TASK1 = 0.90, 0.50
 KEEP_OLD, MIN_NEW_ADAPT = 0.95, 0.50
 UNIT = "one decision per probe, at the answer's first token"
+PAPER_TAU = 0.5  # the training entry's default tau (the paper's router as a trained Route model uses it)
 
 
 def _tensors(records: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -63,10 +64,11 @@ def analyse(final_records: Mapping[str, Mapping[str, Any]], statistics: tuple[st
         best = best_point(entry["points"])
         entry["best"] = best
         entry["goal_met"] = best["task0"] >= GOAL_TASK0 and best["task1"] >= GOAL_TASK1
-    if "cosine" in stats:  # the paper's router: z_p where cos(z_p, z_a) >= tau
+    if "cosine" in stats:  # the paper's router: z_p where cos(z_p, z_a) >= tau, at every tau and at its 0.5
         cos = out["statistics"]["cosine"]
         out["paper"] = {"statistic": "cosine", "direction": "above",
-                        "points": cos.get("paper_points", cos["points"] if cos["direction"] == "above" else None)}
+                        "points": cos.get("paper_points", cos["points"] if cos["direction"] == "above" else None),
+                        "at_tau": sweep(sets, "cosine", [PAPER_TAU], "accuracy")[0]}
     folds = {k: person_folds(len(v["correct_p"])) for k, v in sets.items()}
     out["deployable"] = {s: controls.crossfit(("task0", sets["task0"]), ("task1", sets["task1"]), s, "accuracy",
                                               keep_old=KEEP_OLD, old_folds=folds["task0"], new_folds=folds["task1"],

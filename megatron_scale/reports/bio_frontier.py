@@ -66,6 +66,9 @@ def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any]) 
         name = f"{p}[cosine, paper's]"
         runs.append(Run(name, lr, seed, tuple((q["task1"], q["task0"]) for q in analysis["paper"]["points"])))
         info[name] = {"statistic": "cosine", "direction": "above", "unit": unit, "tau": "every tau (the paper's router)"}
+        at = analysis["paper"].get("at_tau")
+        if at:  # the paper's router at the paper's own tau: deployable as it stands
+            markers.append(Marker(f"{p}[cosine, paper's, tau {at['tau']:g}]", lr, seed, (at["task1"], at["task0"]), name))
     for control, knob in (("random", "rate"), ("alpha", "alpha")):
         points = (analysis.get("controls") or {}).get(control)
         if points:

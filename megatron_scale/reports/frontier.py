@@ -87,7 +87,7 @@ def cell_at(curve: Sequence[Point], level: float, max_gap: float = math.inf) -> 
         new0, old0 = curve[i - 1]
         if (new0 - level) * (new - level) < 0:  # the segment crosses the level strictly inside
             at = old0 + (old - old0) * (level - new0) / (new - new0)
-            offer(Cell(at, abs(new - new0) <= max_gap, ((new0, old0), (new, old))))
+            offer(Cell(at, abs(new - new0) <= max_gap + 1e-9, ((new0, old0), (new, old))))  # 18/120 is 0.15
     return best
 
 
@@ -147,6 +147,7 @@ class Spread:
     seeds: tuple[int, ...] = ()
     values: tuple[float, ...] = ()
     measured: tuple[bool, ...] = ()
+    lrs: tuple[float, ...] = ()  # the learning rate whose run gave each seed's value (where one did)
 
     @property
     def chords(self) -> int:
@@ -160,14 +161,15 @@ class Spread:
         return f"~{text} (~{self.chords}/{self.n})" if self.chords else text
 
 
-def spread(values: Sequence[float], seeds: Sequence[int] = (), measured: Sequence[bool] | None = None) -> Spread:
+def spread(values: Sequence[float], seeds: Sequence[int] = (), measured: Sequence[bool] | None = None,
+           lrs: Sequence[float] = ()) -> Spread:
     """The Spread of per-seed values (measured: all, unless told)."""
     values = list(values)
     if not values:
         return Spread(math.nan, math.nan, math.nan, 0)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
     return Spread(statistics.fmean(values), min(values), max(values), len(values), sd, tuple(seeds),
-                  tuple(values), tuple(measured) if measured is not None else (True,) * len(values))
+                  tuple(values), tuple(measured) if measured is not None else (True,) * len(values), tuple(lrs))
 
 
 def summarise(runs: Iterable[Run], levels: Sequence[float], *, max_gap: float | None = None,
@@ -184,16 +186,40 @@ def summarise(runs: Iterable[Run], levels: Sequence[float], *, max_gap: float | 
     for method, seeds in by_method.items():
         per_level: dict[float, Spread] = {}
         for level in levels:
-            best: dict[int, Cell] = {}
+            best: dict[int, tuple[Cell, float]] = {}
             for seed, seed_runs in sorted(seeds.items()):
-                cells = [c for c in (cell_at(capped(r.curve, cap), level, gap) for r in seed_runs) if c is not None]
+                cells = [(c, r.lr) for r in seed_runs if (c := cell_at(capped(r.curve, cap), level, gap)) is not None]
                 if cells:
-                    best[seed] = max(cells, key=lambda c: (c.value, c.measured))
-            per_level[level] = spread([c.value for c in best.values()], list(best), [c.measured for c in best.values()])
+                    best[seed] = max(cells, key=lambda c: (c[0].value, c[0].measured))
+            per_level[level] = spread([c.value for c, _ in best.values()], list(best),
+                                      [c.measured for c, _ in best.values()], [lr for _, lr in best.values()])
         ordered = sorted(seeds.items())
         areas = [area(p for run in seed_runs for p in capped(run.curve, cap)) for _, seed_runs in ordered]
-        out[method] = {"levels": per_level, "area": spread(areas, [s for s, _ in ordered]), "seeds": len(seeds)}
+        out[method] = {"levels": per_level, "area": spread(areas, [s for s, _ in ordered]), "seeds": len(seeds),
+                       "lrs": sorted({r.lr for rs in seeds.values() for r in rs})}
     return out
+
+
+def optimum_table(summary: Mapping[str, Mapping[str, object]], levels: Sequence[float], *, new: str = "task 1",
+                  methods: Sequence[str] | None = None) -> str:
+    """Markdown: per method, the LRs it ran at and, per level, each seed's best LR and in how many
+    seeds that LR is interior to the grid (neither its lowest nor its highest LR; a level the
+    lowest or highest LR wins may have its optimum outside the grid)."""
+    head = " | ".join(f"best LR per seed at {new} = {level:g}" for level in levels)
+    lines = [f"| method | LRs run | {head} |", "|---|---|" + "---|" * len(levels)]
+    for method in summary if methods is None else [m for m in methods if m in summary]:
+        s = summary[method]
+        grid = s["lrs"]  # type: ignore[index]
+        cells = []
+        for level in levels:
+            v = s["levels"][level]  # type: ignore[index]
+            if not v.n:
+                cells.append("not reached")
+                continue
+            inside = sum(grid[0] < lr < grid[-1] for lr in v.lrs)
+            cells.append(", ".join(f"{lr:g}" for lr in v.lrs) + f" (interior {inside}/{v.n})")
+        lines.append(f"| {method} | {', '.join(f'{lr:g}' for lr in grid)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.reports.frontier import (
-    Point, Run, default_gap, paired, paired_table, pareto, retention_at, spread, summarise, table,
+    Point, Run, default_gap, optimum_table, paired, paired_table, pareto, retention_at, spread, summarise, table,
 )
 
 
@@ -105,7 +105,7 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
     max_gap dotted. Right: each method's frontier (the staircase of its non-dominated points over
     its LRs, from the mean curves), Route's tau sweeps per statistic for the first seed, dotted,
     each method's table cells at `levels` (filled: measured in every seed; open: a chord in one
-    at least) and the markers (stars)."""
+    at least) and the markers (stars, the mean over seeds of each marker and LR)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,12 +143,15 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
                 if v.n:
                     right.plot([k * level], [k * v.mean], "o", ms=6, color=colours[method],
                                markerfacecolor=colours[method] if not v.chords else "none")
+    grouped: dict[tuple[str, float], list[Marker]] = {}
     for m in markers:
-        right.plot([k * m.point[0]], [k * m.point[1]], "*", ms=9, color=colours.get(m.envelope, "black"),
-                   markeredgecolor="black", markeredgewidth=0.5)
+        grouped.setdefault((m.name, m.lr), []).append(m)
+    for ms in grouped.values():  # one star per marker and LR: the mean over its seeds
+        right.plot([k * statistics.fmean(m.point[0] for m in ms)], [k * statistics.fmean(m.point[1] for m in ms)], "*",
+                   ms=9, color=colours.get(ms[0].envelope, "black"), markeredgecolor="black", markeredgewidth=0.5)
     left.set_title("along training (mean over seeds; dotted: evaluations further apart than a cell may be)", fontsize=8)
-    right.set_title("each method's frontier over its LRs; circles: table cells (open: a chord), stars: "
-                    "deployable points", fontsize=8)
+    right.set_title("each method's frontier over its LRs; circles: table cells (open: a chord in a seed at least), "
+                    "stars: deployable points (mean over seeds)", fontsize=8)
     for ax in (left, right):
         ax.set_xlabel(axes.new_label)
         if axes.limits is not None:
@@ -164,7 +167,7 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
 
 
 def _summary_json(summary: Mapping[str, Mapping[str, object]]) -> dict:
-    return {m: {"seeds": s["seeds"], "area": vars(s["area"]),
+    return {m: {"seeds": s["seeds"], "lrs": s["lrs"], "area": vars(s["area"]),
                 "levels": {str(level): vars(v) for level, v in s["levels"].items()}}  # type: ignore[union-attr]
             for m, s in summary.items()}
 
@@ -216,12 +219,17 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
                  table(capped_summary, levels, **kw)]
     else:
         text.append(f"No {axes.old_name} score exceeds 1, so retention capped at 1 is the table above.\n")
+    trained = [m for m in summary if "[" not in m and len(summary[m]["lrs"]) > 1]  # type: ignore[arg-type]
+    if trained:
+        text += ["Which LR gives each seed's best (a method's optimum is bracketed where it is interior):\n",
+                 optimum_table(summary, levels, new=axes.new, methods=trained)]
     if pair_docs:
         text += [f"Paired differences, a - b per seed (each seed's best over LRs): mean [min, max] sd, and in how "
                  "many seeds a is ahead\n", paired_table(summary, pairs, levels, new=axes.new)]
     if markers:
-        text += ["Deployable operating points (tau and direction fixed on held-out data) beside the in-sample "
-                 "envelope of the same run\n", markers_table(markers, runs, axes)]
+        text += ["Deployable operating points (tau and direction fixed before the evaluated data are seen: calibrated "
+                 "on held-out data, or the paper's own tau) beside the in-sample envelope of the same run\n",
+                 markers_table(markers, runs, axes)]
     if notes:
         text.append(notes)
     atomic_write(paths["md"], "\n".join(text).encode("utf-8"))

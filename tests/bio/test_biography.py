@@ -292,3 +292,20 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
     bad = subprocess.run([*cmd[:6], "--task1-lrs", "1e-3", "0"], capture_output=True, text=True, timeout=120,
                          env=env, cwd=ROOT, check=False)
     assert bad.returncode != 0 and "--task1-lrs must be distinct positive" in bad.stderr
+
+
+def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_reads() -> None:
+    from megatron_scale.bio.protocol import EvalPlan, Settings, stage_key
+
+    plan = EvalPlan(50, dense_until=20, dense_interval=5)
+    assert [s for s in range(1, 121) if plan.due(s, 120)] == [5, 10, 15, 20, 50, 100, 120]
+    # adaptive: every 10 steps while task 1 moves by more than 0.1 per 50 steps (0.3 here), else every 50
+    fast, slow = ((50, 0.1), (100, 0.4)), ((50, 0.1), (100, 0.15))
+    adaptive = EvalPlan(50, dense_interval=10, dense_gap=0.1)
+    assert adaptive.due(110, 800, fast) and not adaptive.due(110, 800, slow) and not adaptive.due(105, 800, fast)
+    s = Settings(task1_iters=3000, task1_stop_at=0.95, eval_dense_until=200, lora_rank=64, routed_baselines=True)
+    # the pre-training and task-0 stages read no task-1 setting: a frontier adds runs of other caps to them
+    assert stage_key(s) == stage_key(Settings())
+    assert stage_key(s, "lora")["lora_rank"] == 64 and "freeze_layers" not in stage_key(s, "lora")
+    assert stage_key(s, "full")["task1_stop_at"] == 0.95 and "lora_rank" not in stage_key(s, "full")
+    assert "routed_baselines" in stage_key(s, "scale-preserve") and "routed_baselines" not in stage_key(s, "scale-route")

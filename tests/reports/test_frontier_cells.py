@@ -89,3 +89,13 @@ def test_the_report_writes_chords_capped_table_pairs_and_markers(tmp_path: Path)
     assert doc["max_gap"] == pytest.approx(0.05) and doc["summary_capped_at_1"]["full"]["levels"]["0.1"]["mean"] <= 1.0
     assert [(p["a"], p["level"], p["ahead"]) for p in doc["paired"]] == [("full", 0.05, 2), ("full", 0.1, 2)]
     assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_optimum_table_says_whether_each_seeds_best_lr_is_interior():
+    from megatron_scale.evaluation.frontier import optimum_table
+
+    runs = [Run("m", lr, seed, ((0.5, v),)) for seed, best in ((1, 1e-3), (2, 1e-4))
+            for lr, v in ((1e-4, 0.7), (1e-3, 0.8), (1e-2, 0.6)) for v in [0.9 if lr == best else v]]
+    s = summarise(runs, [0.5])
+    assert s["m"]["lrs"] == [1e-4, 1e-3, 1e-2] and s["m"]["levels"][0.5].lrs == (1e-3, 1e-4)
+    assert "| m | 0.0001, 0.001, 0.01 | 0.001, 0.0001 (interior 1/2) |" in optimum_table(s, [0.5])
