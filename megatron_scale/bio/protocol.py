@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from megatron_scale.bio import corpus, evaluate, router
+from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
+from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
@@ -160,36 +162,6 @@ def stage_config(base: TrainConfig, method: MethodConfig, *, data: str, lr: floa
 Evals = dict[str, list[evaluate.Probe]]
 ROUTE_KEYS = ("preserve_head_accuracy", "adapt_head_accuracy", "answer_preserve_fraction", "answer_cos_quantiles",
               "tau_sweep")
-
-
-@dataclass(frozen=True)
-class EvalPlan:
-    """When a stage evaluates and when it stops: at step 0, every `interval` steps, also every
-    `dense_interval` steps up to `dense_until` (fast learners cross a table's levels early), with
-    `dense_gap` also every `dense_interval` steps while the last evaluations' task-1 accuracy,
-    extrapolated over `interval` steps, moves by more than `dense_gap` (slower learners cross them
-    later, as fast), and at the end; with `stop_at`, it ends after the first evaluation whose task-1 accuracy is at least
-    that (the stage's iterations are then a hard cap). `baseline` records, at every evaluation
-    (only the last is kept, so only it is computed) each probe against the stage's step-0 model
-    (evaluate.baseline_records); `heads` records a SCALE model's two heads (evaluate.answer_records:
-    Route's router on it)."""
-
-    interval: int
-    dense_until: int = 0
-    dense_interval: int = 10
-    stop_at: float | None = None
-    dense_gap: float | None = None
-    baseline: bool = False
-    heads: bool = False
-
-    def due(self, step: int, iters: int, last: tuple[tuple[int, float], ...] = ()) -> bool:
-        """Whether to evaluate at `step`, given the last two evaluations' (step, task-1 accuracy)."""
-        if step % self.interval == 0 or step == iters or (step <= self.dense_until and step % self.dense_interval == 0):
-            return True
-        if self.dense_gap is None or len(last) < 2 or step % self.dense_interval:
-            return False
-        (s0, a0), (s1, a1) = last[-2:]
-        return abs(a1 - a0) * self.interval / max(s1 - s0, 1) > self.dense_gap
 
 
 def run_stage(
@@ -381,9 +353,10 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     for method, lr in ((m, lr) for m in s.methods for lr in grid):
         key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
         progress(f"task 1: {method} at lr {lr:g}")
+        kind = catalog.method(method)  # a SCALE-Preserve run records its two heads; a non-SCALE one its step-0 model
         plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at, s.eval_dense_gap,
-                        baseline=s.routed_baselines and not method.startswith("scale-"),
-                        heads=s.routed_baselines and method == "scale-preserve")
+                        baseline=s.routed_baselines and not kind.upscaled,
+                        heads=s.routed_baselines and kind.variant == "preserve")
         r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), stage_key(s, method),
                   lambda method=method, lr=lr, plan=plan: run_stage(
             stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",

@@ -30,20 +30,23 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from megatron_scale import method_catalog as catalog
 from megatron_scale.reports import frontier_report
 from megatron_scale.reports.frontier import Run
 from megatron_scale.reports.frontier_report import Axes, Marker
 
 LEVELS = (0.5, 0.8, 0.95)
+ROUTE = next(m.name for m in catalog.METHODS if m.routes)  # the name SCALE's router rows go under
 BASELINE_STATISTICS = ("max-prob", "certainty")  # z_p's own: read the base alone, as Route's do
 
 
 def prefix(method: str) -> str:
     """The name a run's router rows go under: SCALE-Route's (a scale-preserve run's records are
     its two heads, which train exactly as Route's: Route's router on that model), or base/<method>."""
-    if method == "scale-preserve":
-        return "scale-route"
-    return method if method.startswith("scale-") else f"base/{method}"
+    kind = catalog.method(method)
+    if kind.variant == "preserve":
+        return ROUTE
+    return method if kind.upscaled else f"base/{method}"
 
 
 def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any]) -> tuple[list[Run], list[Marker], dict]:
@@ -52,7 +55,8 @@ def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any]) 
     p = prefix(method)
     runs, markers, info = [], [], {}
     stats = analysis.get("statistics") or {}
-    wanted = stats if method.startswith("scale-") else {s: stats[s] for s in BASELINE_STATISTICS if s in stats}
+    upscaled = catalog.method(method).upscaled
+    wanted = stats if upscaled else {s: stats[s] for s in BASELINE_STATISTICS if s in stats}
     unit = analysis.get("unit", "one decision per probe, at the answer's first token")
     for stat, a in wanted.items():
         name = f"{p}[{stat}, ours]"
@@ -62,7 +66,7 @@ def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any]) 
         dep = (analysis.get("deployable") or {}).get(stat)
         if dep:
             markers.append(Marker(f"{p}[{stat}, deployable]", lr, seed, (dep["task1"], dep["task0"]), name))
-    if "paper" in analysis and method.startswith("scale-"):
+    if "paper" in analysis and upscaled:
         name = f"{p}[cosine, paper's]"
         runs.append(Run(name, lr, seed, tuple((q["task1"], q["task0"]) for q in analysis["paper"]["points"])))
         info[name] = {"statistic": "cosine", "direction": "above", "unit": unit, "tau": "every tau (the paper's router)"}
@@ -145,7 +149,7 @@ def sections(methods: Sequence[str]) -> list[tuple[str, list[str]]]:
     """The table's row groups: trained methods, SCALE-Route's routers (paper's, then ours), the
     controls without a router, the routed baselines."""
     trained = sorted(m for m in methods if "[" not in m)
-    route = [m for m in methods if m.startswith("scale-") and "[" in m]
+    route = [m for m in methods if "[" in m and not m.startswith("base/")]  # a SCALE model's router rows
     paper = sorted(m for m in route if m.endswith("paper's]"))
     ours = sorted(m for m in route if m.endswith(", ours]"))
     mixes = sorted(m for m in route if m.endswith(" mix]"))

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from megatron_scale import method_catalog as catalog
 from megatron_scale.reports.frontier import Point, Run
 from megatron_scale.reports.recipe_frontier import Axis, Spec, losses_of, point
 
@@ -201,7 +202,7 @@ def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: li
     curve with its records' z_a where it did not evaluate, by (name, LR, seed)."""
     runs, detail, curves = [], [], {}
     for s in specs:
-        if s.method == "scale-preserve" and records_files(s.run_dir):
+        if catalog.method(s.method).variant == "preserve" and records_files(s.run_dir):
             seed = s.trained_seed()
             curves[(s.name, s.lr, seed)] = preserve_curve(losses_of(s.metrics, axis, base), records_losses(s.run_dir),
                                                           axis, str(s.run_dir))

@@ -295,7 +295,8 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
 
 
 def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_reads() -> None:
-    from megatron_scale.bio.protocol import EvalPlan, Settings, stage_key
+    from megatron_scale.bio.eval_plan import EvalPlan
+    from megatron_scale.bio.protocol import Settings, stage_key
 
     plan = EvalPlan(50, dense_until=20, dense_interval=5)
     assert [s for s in range(1, 121) if plan.due(s, 120)] == [5, 10, 15, 20, 50, 100, 120]

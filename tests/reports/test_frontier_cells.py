@@ -92,7 +92,7 @@ def test_the_report_writes_chords_capped_table_pairs_and_markers(tmp_path: Path)
 
 
 def test_the_optimum_table_says_whether_each_seeds_best_lr_is_interior():
-    from megatron_scale.evaluation.frontier import optimum_table
+    from megatron_scale.reports.frontier import optimum_table
 
     runs = [Run("m", lr, seed, ((0.5, v),)) for seed, best in ((1, 1e-3), (2, 1e-4))
             for lr, v in ((1e-4, 0.7), (1e-3, 0.8), (1e-2, 0.6)) for v in [0.9 if lr == best else v]]
