@@ -78,7 +78,8 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
     from megatron_scale.route_eval.calibrate import calibrate
     from megatron_scale.route_eval.controls import alpha_sweep, random_sweep
     from megatron_scale.route_eval.curves import default_grid, head_metric, roc, stat_key, sweep
-    from megatron_scale.route_eval.units import pooled_records, token_bytes
+    from megatron_scale.data.tokenizer import token_bytes
+    from megatron_scale.route_eval.units import pooled_records
     from megatron_scale.route_stats.statistics import STATISTICS
 
     cal_old, cal_new = calibrate_on or (axis.old[0], axis.new)

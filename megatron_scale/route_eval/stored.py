@@ -75,13 +75,14 @@ def eval_windows(prefix: str, seq_length: int, samples: int, skip: int = 0, seed
 
 def _rank(load: str, tp: int, sets: Mapping[str, torch.Tensor], batch_size: int, statistics: Sequence[str],
           alphas: Sequence[float], *, device: torch.device) -> dict[str, dict[str, torch.Tensor]]:
+    from megatron_scale.methods.load import load_model
+    from megatron_scale.model.build import Parallel
     from megatron_scale.route_eval.collect import capturing
-    from megatron_scale.route_eval.runner import _model
     from megatron_scale.route_eval.windows import batches
     from megatron_scale.route_stats.mixing import mixing_records
     from megatron_scale.route_stats.token_records import token_records
 
-    model = _model(load, tp, device)
+    model = load_model(load, Parallel(tp=tp), device).model.eval()
     out: dict[str, dict[str, torch.Tensor]] = {}
     with torch.no_grad(), capturing(model) as layer:
         group = layer.tp_group if layer.tp_size > 1 else None
