@@ -119,7 +119,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     # by --router, it scores as the Route checkpoint with that router (not with the default it
     # records); without one, it is refused
     set_router_default(model, 0.1, "max-prob", "below", "token")
-    save_checkpoint(model, base / "run-preserve" / "iter_0000003", extra=lambda _, r=record: r,
+    save_checkpoint(model, base / "run-preserve" / "iter_0000003", model_args=record,
                     method=Scale(dims=dataclasses.replace(model.scale_dims, variant="preserve")))
     if rank == 0:
         (base / "run-preserve" / "latest_checkpointed_iteration.txt").write_text("3\n")
