@@ -65,6 +65,16 @@ def positive(*pairs: tuple[str, int | None]) -> None:
             raise ValueError(f"{name} {value}: must be at least 1")
 
 
+def check_iterations(name: str, iterations: tuple[int, ...], train_iters: int | None, *, first: int) -> None:
+    """A list of iterations (--eval-iterations, --save-iterations): each in [first, train_iters], none twice."""
+    for it in iterations:
+        if it < first or (train_iters is not None and it > train_iters):
+            upper = f" and --train-iters {train_iters}" if train_iters is not None else ""
+            raise ValueError(f"{name} {it}: every iteration must lie between {first}{upper}")
+    if len(set(iterations)) != len(iterations):
+        raise ValueError(f"{name}: {list(iterations)} names an iteration twice")
+
+
 def flag_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "flag" in f.metadata]
 

@@ -6,6 +6,9 @@ project's training recipe.
     python tools/biography_benchmark.py --preset cpu --methods full scale-route --task1-iters 100
     python tools/biography_benchmark.py --preset cpu --out runs/bio_frontier --task1-iters 800 \
         --task1-lrs 3e-4 1e-3 3e-3 --seeds 1234 1235 1236      # the frontier (docs/biography.md)
+    python tools/biography_benchmark.py --preset cpu --out runs/bio_frontier --methods full --task1-lrs 1e-4 \
+        --task1-iters 3000 --task1-stop-at 0.95 --eval-dense-until 200 --eval-dense-interval 5 \
+        --routed-baselines --seeds 1234 1235 1236     # more runs into the same frontier (results/...-v2)
 
 Pre-trains a small Llama-style model on biographies of synthetic people, fine-tunes it on QA
 for a subset of them (task 0), then per method trains QA on people it has never seen (task 1),
@@ -61,10 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("pretrain-people", "task0-people", "task1-people", "bios-per-person", "vocab-size", "num-layers",
                  "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
                  "micro-batch-size", "global-batch-size", "pretrain-iters", "task0-iters", "task1-iters",
-                 "eval-interval", "eval-people", "freeze-layers", "lora-rank"):
+                 "eval-interval", "eval-people", "freeze-layers", "lora-rank", "eval-dense-until", "eval-dense-interval"):
         p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult"):
+    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult", "lora-alpha", "eval-dense-gap"):
         p.add_argument(f"--{name}", type=float, default=None)
+    p.add_argument("--task1-stop-at", type=float, default=None,
+                   help="stop each task-1 run at its first evaluation with task-1 accuracy >= this "
+                        "(--task1-iters is then a hard cap)")
+    p.add_argument("--routed-baselines", action="store_true", default=None,
+                   help="task-1 runs: per-probe router records at the last evaluation: a non-SCALE run against its "
+                        "step-0 (task-0) model (the routed-baseline control, base/<method>[...] rows); a scale-preserve "
+                        "run of its two heads (Route's router on it: scale-route[...] rows)")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
     p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
                    help="scale-route: the statistic it routes with (every statistic is analysed either way)")
@@ -98,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {e}") from None
     command = " ".join(["python", "tools/biography_benchmark.py", *(argv if argv is not None else sys.argv[1:])])
     if ns.from_stages:
-        runs, stage_settings = runs_of_stages(ns.out)
+        runs, stage_settings, markers, info = runs_of_stages(ns.out)
         if not runs:
             raise SystemExit(f"error: --from-stages: no finished task-1 stage under {ns.out}/seed*/stages/")
-        paths = write_frontier(runs, ns.out, frontier_title(stage_settings, runs))
+        paths = write_frontier(runs, ns.out, frontier_title(stage_settings, runs), markers=markers, info=info)
     else:
         try:
             all_results = run_all(ns, settings, command)
@@ -109,8 +119,15 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: {e}") from None
         if ns.seeds is None and ns.task1_lrs is None:
             return 0
-        runs = [run for results in all_results for run in runs_of(results)]
-        paths = write_frontier(runs, ns.out, frontier_title(all_results[0]["settings"], runs))
+        runs, markers, info = [], [], {}
+        for results in all_results:
+            got, ms, inf = runs_of(results)
+            runs, markers = runs + got, markers + ms
+            for name, d in inf.items():
+                entry = info.setdefault(name, {k: v for k, v in d.items() if k != "direction_by_run"})
+                entry.setdefault("direction_by_run", {}).update(d.get("direction_by_run", {}))
+        paths = write_frontier(runs, ns.out, frontier_title(all_results[0]["settings"], runs), markers=markers,
+                               info=info)
     with open(paths["md"], encoding="utf-8") as f:
         print(f.read())
     print(f"wrote {', '.join(paths.values())}")

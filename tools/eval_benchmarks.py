@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline-model-parallel-size", type=int, default=1, help="with --load (default 1)")
     p.add_argument("--head", default="auto", help="with --load of a SCALE checkpoint: auto (z_a; routed for "
                    "SCALE-Route), adapt, preserve or route (default auto)")
+    p.add_argument("--router", default=None, metavar="STATISTIC:DIRECTION:TAU:UNIT",
+                   help="with --load and --head route: route with this router instead of the checkpoint's; a "
+                        "SCALE-Preserve checkpoint then scores as SCALE-Route (the two train bitwise alike), "
+                        "e.g. max-prob:above:0.42:char")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated (default {DEFAULT_TASKS})")
     p.add_argument("--variant", action="append", default=[], type=name_value("--variant", "VARIANT"),
                    metavar="TASK=VARIANT", help="another task file variant for one task (repeatable)")
@@ -80,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.model and (args.tokenizer or args.head != "auto" or args.tensor_model_parallel_size != 1
                        or args.pipeline_model_parallel_size != 1):
         p.error("--tokenizer, --head and the parallel sizes are for --load (a Megatron checkpoint)")
+    if args.router and args.head != "route":
+        p.error("--router: only with --head route")
     if args.load and (args.device or args.dtype != "float32"):
         p.error("--device and --dtype are for --model (a checkpoint's ranks run on their own device, in its dtype)")
     for flag, value in (("--tensor-model-parallel-size", args.tensor_model_parallel_size),
@@ -106,11 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         job.check()
         start = time.perf_counter()
         if args.load:
-            from megatron_scale.evaluation.megatron import evaluate_checkpoint
+            from megatron_scale.evaluation.megatron import Router, evaluate_checkpoint
 
+            router = Router.parse(args.router) if args.router else None
             done = evaluate_checkpoint(args.load, args.tokenizer, job, tp=args.tensor_model_parallel_size,
-                                       pp=args.pipeline_model_parallel_size, head=args.head, threads=args.threads)
-            where = {"load": args.load, **{k: done[k] for k in ("checkpoint", "head", "tp", "pp", "dtype", "device")}}
+                                       pp=args.pipeline_model_parallel_size, head=args.head, threads=args.threads,
+                                       router=router)
+            where = {"load": args.load, **{k: done[k] for k in ("checkpoint", "head", "tp", "pp", "dtype", "device")},
+                     **({"router": done["router"]} if "router" in done else {})}
         else:
             import torch
 

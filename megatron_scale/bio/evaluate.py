@@ -17,6 +17,7 @@ from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer
 from megatron_scale.model.layers.heads import output_layers
 from megatron_scale.model.inputs import causal_mask, position_ids
+from megatron_scale.route_stats.mixing import mixing_records
 from megatron_scale.route_stats.token_records import token_records
 from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.collect import capturing
@@ -45,16 +46,7 @@ TAUS = (-1.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.01)
 
 def predictions(model: Any, items: Sequence[Probe], batch_size: int = 64) -> list[int]:
     """The model's argmax next token after each prompt (eval mode: a Route model routes)."""
-    was_training = model.training
-    model.eval()
-    out: list[torch.Tensor] = []
-    try:
-        with torch.no_grad():
-            for _, inputs, at_last in _prompt_batches(model, items, batch_size):
-                out.append(model(*inputs)[at_last].argmax(-1).cpu())
-    finally:
-        model.train(was_training)
-    return torch.cat(out).tolist() if out else []
+    return answer_logits(model, items, batch_size).argmax(-1).cpu().tolist() if items else []
 
 
 def _prompt_batches(model: Any, items: Sequence[Probe], batch_size: int) -> Iterator[tuple[Sequence[Probe], tuple, tuple]]:
@@ -121,23 +113,65 @@ def expansion_effect(model: Any, items: Sequence[Probe], batch_size: int = 64) -
             "argmax_changed": float(torch.cat(changed).mean())}
 
 
-def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
-    """Per-token records (route_stats/token_records.py) at each prompt's last position, from one pass:
-    every router statistic, and whether z_p / z_a put the answer's first token on top."""
+def head_logits(model: Any, items: Sequence[Probe], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """A SCALE model's two heads at each prompt's last position, (z_p, z_a) [len(items), V] on the
+    model's device, from one pass (world size 1: the logits are whole on this rank)."""
     was_training = model.training
     model.eval()
-    parts: list[dict[str, torch.Tensor]] = []
+    parts: list[tuple[torch.Tensor, torch.Tensor]] = []
     try:
         with torch.no_grad(), capturing(model) as layer:
-            for chunk, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
+            for _, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
                 model(*inputs)
                 z_p, z_a = layer.captured  # [s, b, V]
-                target = torch.tensor([p.target for p in chunk], device=rows.device)
-                rec = token_records(z_p[last, rows], z_a[last, rows], target, None, STATISTICS)
-                parts.append({k: v.cpu() for k, v in rec.items()})
+                parts.append((z_p[last, rows].float(), z_a[last, rows].float()))
     finally:
         model.train(was_training)
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return torch.cat([p for p, _ in parts]), torch.cat([a for _, a in parts])
+
+
+def answer_logits(model: Any, items: Sequence[Probe], batch_size: int = 64) -> torch.Tensor:
+    """The model's output logits at each prompt's last position, [len(items), V] (eval mode)."""
+    was_training = model.training
+    model.eval()
+    out: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            for _, inputs, at_last in _prompt_batches(model, items, batch_size):
+                out.append(model(*inputs)[at_last].float())
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def records_of(z_p: torch.Tensor, z_a: torch.Tensor, items: Sequence[Probe],
+               statistics: Sequence[str] = STATISTICS) -> dict[str, torch.Tensor]:
+    """Per-probe records (route_stats/token_records.py) of two logit sets [len(items), V]: the
+    router statistics, each head's loss and correctness on the answer's first token, and at every
+    alpha of route_stats/mixing.py's grid (the global-weight control) the correctness alone (the
+    benchmark scores accuracy), on the CPU."""
+    target = torch.tensor([p.target for p in items], device=z_p.device)
+    rec = token_records(z_p, z_a, target, None, statistics)
+    rec.update({k: v for k, v in mixing_records(z_p, z_a, target).items() if k.endswith("/correct")})
+    return {k: v.cpu() for k, v in rec.items()}
+
+
+def answer_records(model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Per-probe records of a SCALE model's two heads at each prompt's last position (records_of)."""
+    z_p, z_a = head_logits(model, items, batch_size)
+    return records_of(z_p, z_a, items)
+
+
+def baseline_records(base: torch.Tensor, model: Any, items: Sequence[Probe], batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """records_of with the base model's logits `base` (answer_logits of the task-0 model) as z_p
+    and this model's as z_a: a router between a base and a fine-tuned model, SCALE-Route's
+    control (z_p's own statistics, max-prob and certainty, read the base alone, as Route's do)."""
+    return records_of(base, answer_logits(model, items, batch_size).to(base.device), items)
+
+
+def json_records(records: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Records as JSON lists (6 decimals)."""
+    return {k: [round(float(v), 6) for v in t.tolist()] for k, t in records.items()}
 
 
 def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, statistic: str = "cosine",
@@ -155,5 +189,5 @@ def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, statistic:
         "answer_preserve_fraction": float((rec[f"stat/{statistic}"] >= tau).double().mean()),
         "answer_cos_quantiles": [float(q) for q in torch.quantile(cos, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=cos.dtype))],
         "tau_sweep": {str(t): metric_at(rec, "cosine", t, "accuracy") for t in TAUS},
-        "records": {k: [round(float(v), 6) for v in t.tolist()] for k, t in rec.items()},
+        "records": json_records(rec),
     }

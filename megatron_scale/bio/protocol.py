@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -26,8 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from megatron_scale.bio import corpus, evaluate, router
+from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.texts import all_qa, biographies
+from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
@@ -66,11 +69,19 @@ class Settings:
     task1_lrs: tuple[float, ...] = ()  # the frontier: every method at each of these LRs (empty: task1_lr alone)
     task1_table_lr_mult: float | None = None  # task 1: the embedding/output tables (SCALE: E_up, W_out_up) at LR x this
     eval_interval: int = 20
+    eval_dense_until: int = 0  # task 1: also evaluate every eval_dense_interval steps up to this step
+    eval_dense_interval: int = 10
+    eval_dense_gap: float | None = None  # task 1: also every eval_dense_interval steps while task-1 accuracy moves faster
+    task1_stop_at: float | None = None  # task 1: stop at the first evaluation with task-1 accuracy >= this
+    # task 1, per-probe router records at the last evaluation: a non-SCALE run against its step-0 (task-0)
+    # model (the routed-baseline control); a scale-preserve run of its two heads (Route's router on it)
+    routed_baselines: bool = False
     eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
     methods: tuple[str, ...] = METHODS
     device: str = "cpu"
     freeze_layers: int | None = None  # default: the bottom 3/4 of the layers
     lora_rank: int = 8
+    lora_alpha: float | None = None  # default 2 x lora_rank
     router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
     router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
     router_direction: str | None = None  # SCALE-Route's direction (default: the training entry's, above)
@@ -85,6 +96,14 @@ class Settings:
             raise ValueError("--task1-people must be at least 1")
         if self.eval_interval < 1:
             raise ValueError("--eval-interval must be at least 1")
+        if self.eval_dense_interval < 1 or self.eval_dense_until < 0:
+            raise ValueError("--eval-dense-interval must be at least 1 and --eval-dense-until at least 0")
+        if self.eval_dense_gap is not None and not self.eval_dense_gap > 0:
+            raise ValueError(f"--eval-dense-gap {self.eval_dense_gap}: must be > 0")
+        if self.task1_stop_at is not None and not 0 < self.task1_stop_at <= 1:
+            raise ValueError(f"--task1-stop-at {self.task1_stop_at}: must be a task-1 accuracy in (0, 1]")
+        if self.lora_alpha is not None and not self.lora_alpha > 0:
+            raise ValueError(f"--lora-alpha {self.lora_alpha}: must be > 0")
         if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
             raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
         if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
@@ -120,8 +139,9 @@ def method_config(s: Settings, method: str) -> MethodConfig:
     """`--method method` with the experiment's settings of every method, as a command line giving
     all of their flags would (each method reads its own: megatron_scale/methods/)."""
     freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
+    lora_alpha = s.lora_alpha if s.lora_alpha is not None else 2.0 * s.lora_rank
     return MethodConfig(
-        name=method, freeze_layers=freeze_layers, lora_rank=s.lora_rank, lora_alpha=2.0 * s.lora_rank,
+        name=method, freeze_layers=freeze_layers, lora_rank=s.lora_rank, lora_alpha=lora_alpha,
         scale=ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
                             router_direction=s.router_direction),
     )
@@ -145,11 +165,13 @@ ROUTE_KEYS = ("preserve_head_accuracy", "adapt_head_accuracy", "answer_preserve_
 
 
 def run_stage(
-    config: TrainConfig, *, iters: int, evals: Evals, eval_interval: int, save: str | None,
+    config: TrainConfig, *, iters: int, evals: Evals, eval_interval: int | EvalPlan, save: str | None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """One run of the training entry's recipe; first-token accuracy on `evals` at step 0, every
-    `eval_interval` steps and at the end. Returns its curves, losses and wall time."""
+    `eval_interval` steps (or as an EvalPlan says) and at the end. Returns its curves, losses and
+    wall time."""
+    plan = eval_interval if isinstance(eval_interval, EvalPlan) else EvalPlan(eval_interval)
     config = dataclasses.replace(
         config, schedule=dataclasses.replace(config.schedule, train_iters=iters),
         checkpoint=dataclasses.replace(config.checkpoint, save=save),
@@ -161,6 +183,8 @@ def run_stage(
     steps: list[int] = []
     losses: list[float] = []
     eval_seconds = 0.0
+    base_logits: dict[str, Any] = {}
+    baseline: dict[str, dict[str, list[float]]] = {}
 
     def measure() -> None:
         nonlocal eval_seconds
@@ -168,24 +192,42 @@ def run_stage(
         steps.append(run.iteration)
         for name, items in evals.items():
             curves[name].append(evaluate.first_token_accuracy(run.model, items))
+            if plan.baseline and name not in base_logits:  # step 0: the model as loaded, the task-0 model's function
+                base_logits[name] = evaluate.answer_logits(run.model, items)
         eval_seconds += time.monotonic() - t
         shown = " ".join(f"{n}={curves[n][-1]['accuracy']:.3f}" for n in evals)
         progress(f"    step {run.iteration:5d}  loss {losses[-1] if losses else float('nan'):.4f}  {shown}")
 
+    def reached() -> bool:
+        return plan.stop_at is not None and "task1" in curves and curves["task1"][-1]["accuracy"] >= plan.stop_at
+
     try:
         if evals:
             measure()
-        while run.iteration < iters:
+        while run.iteration < iters and not (evals and reached()):
             losses.append(train_step(run)["lm_loss"])
-            if evals and (run.iteration % eval_interval == 0 or run.iteration == iters):
+            last = tuple(zip(steps[-2:], (c["accuracy"] for c in curves.get("task1", [])[-2:]), strict=False))
+            if evals and plan.due(run.iteration, iters, last):
                 measure()
-            elif not evals and (run.iteration % (10 * eval_interval) == 0 or run.iteration == iters):
+            elif not evals and (run.iteration % (10 * plan.interval) == 0 or run.iteration == iters):
                 progress(f"    step {run.iteration:5d}  loss {losses[-1]:.4f}  {time.monotonic() - start:.0f}s")
+        if evals and (plan.baseline or plan.heads):  # the model of the last evaluation: it ended right after one
+            t = time.monotonic()
+            for name, items in evals.items():
+                rec = (evaluate.baseline_records(base_logits[name], run.model, items) if plan.baseline
+                       else evaluate.answer_records(run.model, items))
+                baseline[name] = evaluate.json_records(rec)
+            eval_seconds += time.monotonic() - t
         if save:
             run.save()
     finally:
         run.log.close()
         destroy_distributed()
+        # the torn-down gloo groups sit in reference cycles: unless collected, each stage leaves ~20 gloo
+        # TCP-loop threads (some spinning) and ~40 run-loop threads behind, and a frontier of many
+        # stages in one process slows to a crawl
+        gc.collect()
+    final_records = {n: v[-1]["records"] for n, v in curves.items() if v and "records" in v[-1]}
     return {
         "steps": steps, "accuracy": {n: [c["accuracy"] for c in v] for n, v in curves.items()},
         "per_attribute": {n: [c["per_attribute"] for c in v] for n, v in curves.items()},
@@ -194,8 +236,11 @@ def run_stage(
         "expansion": {n: [c["expansion"] for c in v] for n, v in curves.items() if v and "expansion" in v[0]},
         "route": {n: [{k: c[k] for k in ROUTE_KEYS if k in c} for c in v] for n, v in curves.items()
                   if any("tau_sweep" in c for c in v)},
-        # per-probe router records of the last evaluation only (every statistic; bio/router.py)
-        "final_records": {n: v[-1]["records"] for n, v in curves.items() if v and "records" in v[-1]},
+        # per-probe router records of the last evaluation only (every statistic; bio/router.py): a
+        # Route model's two heads, or (EvalPlan.baseline) the step-0 model against the trained one
+        "final_records": final_records or baseline,
+        **({"baseline_records": True} if baseline and not final_records and plan.baseline else {}),
+        "stopped_at": run.iteration if reached() else None,
         "loss": losses, "seconds": time.monotonic() - start, "eval_seconds": eval_seconds,
     }
 
@@ -212,16 +257,38 @@ class StageMismatch(ValueError):
 
 
 STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
+# settings of task 1 alone: the pre-training and task-0 stages do not depend on them
+TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "eval_dense_gap", "task1_stop_at",
+              "routed_baselines", "freeze_layers", "lora_rank", "lora_alpha", "router_tau", "router_statistic",
+              "router_direction")
+# settings a task-1 method does not read
+_SCALE_UNREAD = ("freeze_layers", "lora_rank", "lora_alpha")
+UNREAD = {"freeze": ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction"),
+          "lora": ("freeze_layers", "router_tau", "router_statistic", "router_direction"),
+          "scale-preserve": _SCALE_UNREAD, "scale-route": (*_SCALE_UNREAD, "routed_baselines"),
+          "scale-adapt": (*_SCALE_UNREAD, "routed_baselines")}
 
 
-def stage(path: str, s: Settings, run: Callable[[], dict[str, Any]], checkpoint: str | None,
+def stage_key(s: Settings, method: str | None = None) -> dict[str, Any]:
+    """What a stage's result depends on: every setting but those choosing which task-1 runs there
+    are; for the pre-training and task-0 stages (method None) also none of task 1's; for a task-1
+    stage none its method does not read (so a run of one method is kept when another's flags change)."""
+    skip = set(STAGE_KEY_SKIPS)
+    if method is None:
+        skip |= set(TASK1_ONLY)
+    else:
+        skip |= set(UNREAD.get(method, ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction",
+                                        "freeze_layers")))
+    return {k: v for k, v in asdict(s).items() if k not in skip}
+
+
+def stage(path: str, key: dict[str, Any], run: Callable[[], dict[str, Any]], checkpoint: str | None,
           progress: Callable[[str], None]) -> dict[str, Any]:
     """A stage's result, from `path` when an earlier call finished it with the same settings
-    (written atomically after the stage's checkpoint, so a killed run repeats only the stage it
-    was in) and its checkpoint is still there (stage files alone, copied from another machine,
-    rerun the stages that save one: they are deterministic); else the stage is run from scratch
-    (its partial checkpoint removed) and recorded."""
-    key = {k: v for k, v in asdict(s).items() if k not in STAGE_KEY_SKIPS}
+    (`key`, stage_key's; written atomically after the stage's checkpoint, so a killed run repeats
+    only the stage it was in) and its checkpoint is still there (stage files alone, copied from
+    another machine, rerun the stages that save one: they are deterministic); else the stage is
+    run from scratch (its partial checkpoint removed) and recorded."""
     if os.path.exists(path) and (checkpoint is None or os.path.isdir(checkpoint)):  # a later stage loads it
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -269,13 +336,13 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     stages = os.path.join(out_dir, "stages")
     os.makedirs(stages, exist_ok=True)
     progress("pretrain: full, biographies of the pre-training group")
-    pretrain = stage(os.path.join(stages, "pretrain.json"), s, lambda: run_stage(
+    pretrain = stage(os.path.join(stages, "pretrain.json"), stage_key(s), lambda: run_stage(
         stage_config(base, full, data=bio_prefix, lr=s.pretrain_lr), iters=s.pretrain_iters, evals={},
         eval_interval=s.eval_interval, save=os.path.join(ckpt, "pretrain"), progress=progress),
         os.path.join(ckpt, "pretrain"), progress)
     progress(f"  {pretrain['seconds']:.1f}s, loss {pretrain['loss'][0]:.3f} -> {pretrain['loss'][-1]:.3f}")
     progress("task 0: full, QA of the task-0 group")
-    task0_run = stage(os.path.join(stages, "task0.json"), s, lambda: run_stage(
+    task0_run = stage(os.path.join(stages, "task0.json"), stage_key(s), lambda: run_stage(
         stage_config(base, full, data=qa0_prefix, lr=s.task0_lr,
                      load=str(iteration_dir(os.path.join(ckpt, "pretrain"), s.pretrain_iters))),
         iters=s.task0_iters, evals={"task0": probes0}, eval_interval=s.eval_interval,
@@ -286,10 +353,15 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     for method, lr in ((m, lr) for m in s.methods for lr in grid):
         key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
         progress(f"task 1: {method} at lr {lr:g}")
-        r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), s, lambda method=method, lr=lr: run_stage(
+        kind = catalog.method(method)  # a SCALE-Preserve run records its two heads; a non-SCALE one its step-0 model
+        plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at, s.eval_dense_gap,
+                        baseline=s.routed_baselines and not kind.upscaled,
+                        heads=s.routed_baselines and kind.variant == "preserve")
+        r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), stage_key(s, method),
+                  lambda method=method, lr=lr, plan=plan: run_stage(
             stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",
                          table_lr=None if s.task1_table_lr_mult is None else lr * s.task1_table_lr_mult),
-            iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=s.eval_interval,
+            iters=s.task1_iters, evals={"task0": probes0, "task1": probes1}, eval_interval=plan,
             save=None, progress=progress), None, progress)
         methods[key] = {"method": method, "lr": lr, **r}
         progress(f"  {r['seconds']:.1f}s")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,27 +72,58 @@ def model_logits(model: Any, ids: torch.Tensor, vocab: int, route_labels: bool =
     return _gather_vocab(out[0]["logits"])
 
 
-def resolved_head(head: str, dims: Any, where: Path) -> str | None:
-    """The logits a checkpoint scores with: None for a plain model, else adapt | preserve | route."""
+def resolved_head(head: str, dims: Any, where: Path, router: Router | None = None) -> str | None:
+    """The logits a checkpoint scores with: None for a plain model, else adapt | preserve | route.
+    Any SCALE checkpoint routes with a `router` given: SCALE-Route trains bitwise like
+    SCALE-Preserve, so a Preserve checkpoint routed is Route at that point of training."""
     if head not in HEADS:
         raise ValueError(f"--head {head}: choose one of {', '.join(HEADS)}")
     if dims is None:
-        if head != "auto":
+        if head != "auto" or router is not None:
             raise ValueError(f"--head {head}: {where} is not a SCALE checkpoint (it has one output head)")
         return None
     route = dims.variant == "route"
-    if head == "route" and not route:
-        raise ValueError(f"--head route: {where} is SCALE-{dims.variant.capitalize()}, only SCALE-Route routes")
+    if router is not None and head != "route":
+        raise ValueError(f"--router: only with --head route (got --head {head})")
+    if head == "route" and not route and router is None:
+        raise ValueError(f"--head route: {where} is SCALE-{dims.variant.capitalize()}, which records no router; "
+                         "give one (--router STATISTIC:DIRECTION:TAU:UNIT)")
     return ("route" if route else "adapt") if head == "auto" else head
 
 
-def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *,
+@dataclass(frozen=True)
+class Router:
+    """A router to evaluate with instead of the checkpoint's (model/layers/heads.py router_settings)."""
+
+    statistic: str
+    direction: str
+    tau: float
+    unit: str
+
+    @classmethod
+    def parse(cls, text: str) -> Router:
+        from megatron_scale.scale_config import check_router
+
+        parts = text.split(":")
+        try:
+            stat, direction, tau, unit = parts[0], parts[1], float(parts[2]), parts[3]
+        except (IndexError, ValueError):
+            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT, e.g. "
+                             "max-prob:above:0.42:char") from None
+        if len(parts) != 4:
+            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT")
+        check_router(tau, stat, "--router TAU", "--router STATISTIC", direction, "--router DIRECTION", unit,
+                     "--router UNIT")
+        return cls(stat, direction, tau, unit)
+
+
+def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, router: Router | None = None, *,
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
-    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.layers.heads import output_head, router_settings
 
     if threads:
         torch.set_num_threads(threads)
@@ -100,7 +132,9 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
     tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
     loaded = load_model(load, Parallel(tp=tp, pp=pp), device)  # a run directory: its newest checkpoint
     model, reader = loaded.model.eval(), loaded.reader
-    used = resolved_head(head, loaded.method.scale_dims, reader.dir)
+    used = resolved_head(head, loaded.method.scale_dims, reader.dir, router)
+    if router is not None:  # for as long as this rank's model lives
+        router_settings(model, router.tau, router.statistic, router.direction, router.unit).__enter__()
     args = reader.model_args()
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "
@@ -119,6 +153,8 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, *
             record = job.run(scorer, say)
     record.update(checkpoint=str(reader.dir), head=used, tp=tp, pp=pp,
                   dtype=str(args.params_dtype), device=str(device))
+    if router is not None:
+        record["router"] = vars(router)
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, record if reports else None)
     return next(r for r in everyone if r is not None)
@@ -138,7 +174,7 @@ def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
 
 
 def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp: int = 1, pp: int = 1,
-                        head: str = "auto", threads: int | None = None) -> dict[str, Any]:
+                        head: str = "auto", threads: int | None = None, router: Router | None = None) -> dict[str, Any]:
     """Run `job` on the checkpoint (or run directory) `load` with the Hugging Face tokenizer
     `tokenizer`, at TP x PP: {"results", "text", "checkpoint", "head", "tp", "pp", "dtype", "device"}."""
     from megatron_scale.launch import on_ranks
@@ -153,4 +189,4 @@ def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp
         raise ValueError(f"--head {head}: choose one of {', '.join(HEADS)}")
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(tp, pp, device="auto")  # launched by torchrun/srun: evaluate on the job's ranks
-    return on_ranks(_rank, tp, pp, str(load), str(tokenizer), head, threads, job)[0]
+    return on_ranks(_rank, tp, pp, str(load), str(tokenizer), head, threads, job, router)[0]

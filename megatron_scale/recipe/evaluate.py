@@ -12,7 +12,7 @@ from pathlib import Path
 from megatron_scale import artifacts
 from megatron_scale.recipe.array import why_missing
 from megatron_scale.recipe.command import Command, single
-from megatron_scale.recipe.layout import Layout, last_ckpt
+from megatron_scale.recipe.layout import Layout, last_ckpt, run_name
 from megatron_scale.recipe.settings import SettingsError
 
 
@@ -76,7 +76,7 @@ def report(r: Layout) -> Command | str:
     failed = [a for m in s.methods if m not in done for a in ("--failed", f"{m}={why_missing(s, m)}")]
     if not done:
         raise SettingsError("no method finished its run: " + "; ".join(failed[1::2]))
-    metrics = {m: artifacts.METRICS.path(s.workdir, method=m) for m in done}
+    metrics = {m: artifacts.METRICS.path(s.workdir, method=run_name(m, s.seed)) for m in done}
     if s.from_scratch:
         base = ["--base", str(r.base_run / "metrics.jsonl")]
     else:

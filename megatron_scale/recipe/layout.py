@@ -2,7 +2,7 @@
 from the settings once, for the steps (steps.py, evaluate.py) to share.
 
 $WORKDIR holds data/ (or DATA_DIR), ckpt/ (the converted base, each SCALE method's upscaled
-checkpoint), runs/<method>/ (each training's --save: checkpoints and metrics.jsonl; the routing
+checkpoint), runs/<method>/ (runs/<method>-seed<SEED>/ with SEED; each training's --save: checkpoints and metrics.jsonl; the routing
 method's sweep/), hf/<method>/ (the exports) and report/ (eval/ for the evaluation steps' JSON);
 the files one step passes to another are described in megatron_scale/artifacts.py. Standard
 library only.
@@ -15,6 +15,14 @@ from pathlib import Path
 from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
 from megatron_scale.recipe.settings import Settings
+
+
+EVAL_SEED = 1234  # training's default --seed: a run with SEED evaluates the windows an unseeded run does
+
+
+def run_name(method: str, seed: int | None) -> str:
+    """The folder of a method's continued run under $WORKDIR/runs: METHOD, or METHOD-seedSEED."""
+    return method if seed is None else f"{method}-seed{seed}"
 
 
 def last_ckpt(run: Path) -> Path:
@@ -49,7 +57,8 @@ class Layout:
         """The method whose router the recipe sweeps after it trains (ROUTE_SWEEP=1), if any."""
 
     def run_dir(self, method: str) -> Path:
-        return self.s.workdir / "runs" / method
+        """A method's continued run ($WORKDIR/runs/METHOD, or METHOD-seedSEED with SEED)."""
+        return self.s.workdir / "runs" / run_name(method, self.s.seed)
 
     def base(self) -> Path:
         """The checkpoint every method starts from (the tiny base's newest, or the converted one)."""
@@ -72,15 +81,19 @@ class Layout:
                 "--eval-iters", str(s.eval_iters), "--log-interval", str(s.log_interval),
                 "--exit-signal-save", *s.train_flags]
 
-    def schedule(self, iters: int, lr: str, eval_interval: int, save: Path) -> list[str]:
+    def schedule(self, iters: int, lr: str, eval_interval: int, save: Path,
+                 eval_iterations: tuple[int, ...] = (), save_iterations: tuple[int, ...] = ()) -> list[str]:
         s = self.s
+        evals = (["--eval-iterations", *map(str, eval_iterations)] if eval_iterations
+                 else ["--eval-interval", str(eval_interval)])
+        saves = ["--save-iterations", *map(str, save_iterations)] if save_iterations else []
         return ["--train-iters", str(iters), "--lr", lr, "--min-lr", s.min_lr, "--lr-decay-style", "cosine",
-                "--lr-warmup-iters", str(s.warmup_iters), "--eval-interval", str(eval_interval),
-                "--save", str(save), "--save-interval", str(s.save_interval)]
+                "--lr-warmup-iters", str(s.warmup_iters), *evals,
+                "--save", str(save), "--save-interval", str(s.save_interval), *saves]
 
     def sweep(self) -> Path:
         """The router sweep's sweep.json (artifacts.SWEEP)."""
-        return artifacts.SWEEP.path(self.s.workdir, method=str(self.router))
+        return artifacts.SWEEP.path(self.s.workdir, method=run_name(str(self.router), self.s.seed))
 
     def calibrated(self) -> Path:
         """The routing method's checkpoint with the sweep's calibrated router as its default

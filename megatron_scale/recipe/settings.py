@@ -86,8 +86,21 @@ class Settings:
     """EVAL_ITERS: batches per evaluation."""
     eval_interval: int = 25
     """EVAL_INTERVAL: iterations between evaluations of the continued runs (default TRAIN_ITERS / 4: the report's curves)."""
+    eval_iterations: tuple[int, ...] = ()
+    """EVAL_ITERATIONS: the iterations the continued runs evaluate at, instead of every EVAL_INTERVAL
+    (training's --eval-iterations; 0: before the first step), e.g. "0 2 4 8 16 32 64 96": dense
+    early evaluations, so every point of a frontier lies between two measured ones."""
     save_interval: int = 50
     """SAVE_INTERVAL: iterations between checkpoints."""
+    save_iterations: tuple[int, ...] = ()
+    """SAVE_ITERATIONS: the continued runs also save at these iterations (training's --save-iterations),
+    e.g. EVAL_ITERATIONS without the 0, so every evaluated model can be scored again (router sweeps of
+    SCALE-Preserve's checkpoints, benchmarks along training)."""
+    seed: int | None = None
+    """SEED: the continued runs' --seed (their data order); each run's folder carries it
+    ($WORKDIR/runs/METHOD-seedSEED). Their evaluations keep training's default seed's windows
+    (--eval-seed 1234), so runs of every seed score the same held-out windows. Empty: training's
+    default seed, in $WORKDIR/runs/METHOD."""
     log_interval: int = 10
     """LOG_INTERVAL: iterations between log lines."""
     model_flags: tuple[str, ...] = tuple(
@@ -210,6 +223,11 @@ class Settings:
         for name in ("route_keep_old", "route_min_new_adapt"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must be a share in (0, 1]")
+        for name, first in (("eval_iterations", 0), ("save_iterations", 1)):
+            bad = [i for i in getattr(self, name) if not first <= i <= self.train_iters]
+            if bad or len(set(getattr(self, name))) != len(getattr(self, name)):
+                raise SettingsError(f"{name.upper()}={' '.join(map(str, getattr(self, name)))}: each iteration once, "
+                                    f"from {first} to TRAIN_ITERS={self.train_iters}")
         for name in ("train_iters", "base_iters") if self.from_scratch else ("train_iters",):  # warm-up < iterations
             if getattr(self, name) <= self.warmup_iters:
                 raise SettingsError(f"{name.upper()}={getattr(self, name)} must exceed WARMUP_ITERS={self.warmup_iters}")
@@ -280,7 +298,12 @@ def _var(method: str) -> str:
 
 def _parse(name: str, kind: object, text: str) -> object:
     """One variable's text as its field's type; whitespace splits lists (as bash's `read -a`)."""
-    kind = str(kind)
+    kind = str(kind).removesuffix(" | None")
+    if kind == "tuple[int, ...]":
+        try:
+            return tuple(int(word) for word in text.split())
+        except ValueError:
+            raise SettingsError(f"{name.upper()}={text!r} is not a list of integers") from None
     if kind == "int":
         try:
             return int(text)

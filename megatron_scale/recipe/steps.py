@@ -29,7 +29,7 @@ from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
 from megatron_scale.recipe import evaluate
 from megatron_scale.recipe.command import Action, Command, single
-from megatron_scale.recipe.layout import Layout, last_ckpt
+from megatron_scale.recipe.layout import EVAL_SEED, Layout, last_ckpt
 from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
 
 __all__ = ["Action", "Command", "actions"]
@@ -122,7 +122,8 @@ def train(r: Layout, method: str) -> Command | str:
     load = run if (run / artifacts.MARKER).is_file() else r.init(method)
     return Command(kind="train", note=_resuming(run, s.train_iters), args=(
         *r.common(), "--method", method, "--load", str(load), "--data-path", str(r.ko_train),
-        *r.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run),
+        *r.schedule(s.train_iters, s.lr_of(method), s.eval_interval, run, s.eval_iterations, s.save_iterations),
+        *(["--seed", str(s.seed), "--eval-seed", str(EVAL_SEED)] if s.seed is not None else []),
         *s.method_flags.get(method, ())))
 
 

@@ -4,21 +4,29 @@ for any pair of scores: the biographies' task accuracies (reports/bio_frontier.p
 Korean learning and English retention (reports/recipe_frontier.py) alike.
 
 What differs between the two is only how the scores are named and drawn (`Axes`). A run whose
-method name holds "[" (SCALE-Route's sweep over tau for one statistic, "scale-route[cosine]") is
-not a training curve: it is drawn dotted on the right, for the first seed, and left out of the
-mean curves.
+method name holds "[" (SCALE-Route's sweep over tau for one statistic, "scale-route[cosine]", or
+a control swept over its own knob) is not a training curve: it is drawn dotted on the right, for
+the first seed, and left out of the mean curves.
+
+Besides the table: which cells are chords (frontier.cell_at; marked "~" in the tables, drawn as
+open circles), retention capped at 1 beside raw where any score exceeds 1, seed-paired
+differences for the `pairs` asked for, and single operating points (`Marker`: a deployable
+router, tau fixed on held-out data) beside the in-sample envelope of the sweep they come from.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from megatron_scale.artifacts import atomic_write, save_figure
-from megatron_scale.reports.frontier import Run, pareto, summarise, table
+from megatron_scale.reports.frontier import (
+    Point, Run, default_gap, optimum_table, paired, paired_table, pareto, retention_at, spread, summarise, table,
+)
 
 
 @dataclass(frozen=True)
@@ -37,9 +45,22 @@ class Axes:
     limits: tuple[float, float] | None = (-2.0, 102.0)
 
 
+@dataclass(frozen=True)
+class Marker:
+    """One operating point of one run (a router with its tau fixed before it saw the evaluated
+    data), shown beside `envelope`: the in-sample sweep of the same LR and seed."""
+
+    name: str
+    lr: float
+    seed: int
+    point: Point
+    envelope: str
+
+
 def mean_curves(runs: Sequence[Run]) -> dict[tuple[str, float], list[tuple[float, float]]]:
     """Per training curve's (method, LR): the mean over seeds at each evaluation (the seeds share
-    their evaluation steps). Route's tau sweeps are left out: their taus are per-seed quantiles."""
+    their evaluation steps; a run stopped early cuts the mean to its length). Route's tau sweeps
+    are left out: their taus are per-seed quantiles."""
     groups: dict[tuple[str, float], list[Run]] = {}
     for run in runs:
         if "[" not in run.method:
@@ -52,46 +73,92 @@ def mean_curves(runs: Sequence[Run]) -> dict[tuple[str, float], list[tuple[float
     return out
 
 
+def markers_table(markers: Sequence[Marker], runs: Sequence[Run], axes: Axes) -> str:
+    """Markdown: per marker name and LR, its new and old scores (mean [min, max] over seeds), the
+    envelope's old score at the marker's own new score on the same seed, and the marker minus the
+    envelope, paired per seed."""
+    by_key: dict[tuple[str, float], list[Marker]] = {}
+    for m in markers:
+        by_key.setdefault((m.name, m.lr), []).append(m)
+    curves = {(r.method, r.lr, r.seed): r.curve for r in runs}
+    lines = [f"| operating point | LR | seeds | {axes.new} | {axes.old} | in-sample envelope's {axes.old} there "
+             "| point - envelope |", "|---|---|---|---|---|---|---|"]
+    for (name, lr), ms in sorted(by_key.items()):
+        env = [retention_at(curves.get((m.envelope, m.lr, m.seed), ()), m.point[0]) for m in ms]
+        both = [(m, e) for m, e in zip(ms, env, strict=True) if e is not None]
+        lines.append(f"| {name} | {lr:g} | {len(ms)} | {spread([m.point[0] for m in ms])} | {spread([m.point[1] for m in ms])} "
+                     f"| {spread([e for _, e in both])} | {_signed(spread([m.point[1] - e for m, e in both]))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _signed(s: object) -> str:
+    return str(s) if getattr(s, "n", 0) == 0 else f"{s.mean:+.3f}" + ("" if s.n == 1 else f" [{s.low:+.3f}, {s.high:+.3f}]")  # type: ignore[attr-defined]
+
+
 def _staircase(ax, front: list[tuple[float, float]], k: float, **style) -> None:  # type: ignore[no-untyped-def]
     ax.step([0.0] + [k * n for n, _ in front], [k * front[0][1]] + [k * o for _, o in front], where="pre", **style)
 
 
-def plot(runs: Sequence[Run], path: str, title: str, axes: Axes) -> None:
-    """Left: each method-and-LR's curve along training (mean over seeds). Right: each method's
-    frontier (the staircase of its non-dominated points over its LRs, from the mean curves), and
-    Route's tau sweeps per statistic for the first seed, dotted."""
+def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequence[float] = (),
+         max_gap: float | None = None, markers: Sequence[Marker] = ()) -> None:
+    """Left: each method-and-LR's curve along training (mean over seeds), segments wider than
+    max_gap dotted. Right: each method's frontier (the staircase of its non-dominated points over
+    its LRs, from the mean curves), Route's tau sweeps per statistic for the first seed, dotted,
+    each method's table cells at `levels` (filled: measured in every seed; open: a chord in one
+    at least) and the markers (stars, the mean over seeds of each marker and LR)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     k = axes.scale
+    gap = default_gap(levels) if max_gap is None and levels else (math.inf if max_gap is None else max_gap)
     curves = mean_curves(runs)
     methods = sorted({m for m, _ in curves})
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    sweeps = sorted({r.method for r in runs if "[" in r.method})
+    colours.update({s: plt.get_cmap("Dark2")(i % 8) for i, s in enumerate(sweeps)})
     lrs = sorted({lr for _, lr in curves})
-    markers = dict(zip(lrs, "os^vDP*X", strict=False))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    markers_of_lr = dict(zip(lrs, "os^vDP*X", strict=False))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
     for (method, lr), pts in sorted(curves.items()):
-        left.plot([k * p[0] for p in pts], [k * p[1] for p in pts], "-", color=colours[method],
-                  marker=markers.get(lr, "."), ms=4, lw=1, label=f"{method} lr {lr:g}")
+        xs, ys = [k * p[0] for p in pts], [k * p[1] for p in pts]
+        left.plot(xs, ys, "", color=colours[method], marker=markers_of_lr.get(lr, "."), ms=3, lw=0,
+                  label=f"{method} lr {lr:g}")
+        for i in range(1, len(pts)):
+            wide = abs(pts[i][0] - pts[i - 1][0]) > gap
+            left.plot(xs[i - 1 : i + 1], ys[i - 1 : i + 1], ":" if wide else "-", color=colours[method], lw=1)
     for method in methods:
         _staircase(right, pareto([p for (m, _), c in curves.items() if m == method for p in c]), k,
                    color=colours[method], lw=1.5, label=method)
     first = min((r.seed for r in runs), default=None)
-    for i, stat in enumerate(sorted({r.method for r in runs if "[" in r.method})):
+    for stat in sweeps:
         pts = [p for r in runs if r.method == stat and r.seed == first for p in r.curve]
-        _staircase(right, pareto(pts), k, ls=":", lw=1.5, color=plt.get_cmap("Dark2")(i % 8),
-                   label=f"{stat}, every tau (seed {first})")
-    left.set_title("along training (mean over seeds)")
-    right.set_title("each method's frontier (over its LRs)")
+        if pts:
+            _staircase(right, pareto(pts), k, ls=":", lw=1.5, color=colours[stat], label=f"{stat}, every knob (seed {first})")
+    if levels:
+        summary = summarise(runs, levels, max_gap=max_gap)
+        for method, s in summary.items():
+            for level, v in s["levels"].items():  # type: ignore[union-attr]
+                if v.n:
+                    right.plot([k * level], [k * v.mean], "o", ms=6, color=colours[method],
+                               markerfacecolor=colours[method] if not v.chords else "none")
+    grouped: dict[tuple[str, float], list[Marker]] = {}
+    for m in markers:
+        grouped.setdefault((m.name, m.lr), []).append(m)
+    for ms in grouped.values():  # one star per marker and LR: the mean over its seeds
+        right.plot([k * statistics.fmean(m.point[0] for m in ms)], [k * statistics.fmean(m.point[1] for m in ms)], "*",
+                   ms=9, color=colours.get(ms[0].envelope, "black"), markeredgecolor="black", markeredgewidth=0.5)
+    left.set_title("along training (mean over seeds; dotted: evaluations further apart than a cell may be)", fontsize=8)
+    right.set_title("each method's frontier over its LRs; circles: table cells (open: a chord in a seed at least), "
+                    "stars: deployable points (mean over seeds)", fontsize=8)
     for ax in (left, right):
         ax.set_xlabel(axes.new_label)
         if axes.limits is not None:
             ax.set_xlim(*axes.limits)
             ax.set_ylim(*axes.limits)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc="lower left")
+        ax.legend(fontsize=5, loc="lower left", ncol=2)
     left.set_ylabel(axes.old_label)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -99,25 +166,72 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes) -> None:
     plt.close(fig)
 
 
+def _summary_json(summary: Mapping[str, Mapping[str, object]]) -> dict:
+    return {m: {"seeds": s["seeds"], "lrs": s["lrs"], "area": vars(s["area"]),
+                "levels": {str(level): vars(v) for level, v in s["levels"].items()}}  # type: ignore[union-attr]
+            for m, s in summary.items()}
+
+
 def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float], axes: Axes,
-          extra: dict | None = None) -> dict[str, str]:
-    """frontier.json (the summary, every curve and `extra`), frontier.md (the table) and
+          extra: dict | None = None, *, max_gap: float | None = None, pairs: Sequence[tuple[str, str]] = (),
+          markers: Sequence[Marker] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
+          notes: str = "") -> dict[str, str]:
+    """frontier.json (the summary, every curve, the paired differences, the markers and `extra`),
+    frontier.md (the table, one per section (title, methods) if given, then the rest; the capped
+    table where any score exceeds 1; the paired differences; the markers; `notes`) and
     frontier.png under out_dir, each written atomically; returns their paths."""
     runs = sorted(runs, key=lambda r: (r.seed, r.method, r.lr))
-    summary = summarise(runs, levels)
+    gap = default_gap(levels) if max_gap is None else max_gap
+    summary = summarise(runs, levels, max_gap=gap)
+    above_one = any(o > 1.0 for r in runs for _, o in r.curve)
+    capped_summary = summarise(runs, levels, max_gap=gap, cap=1.0) if above_one else None
+    pair_docs = [{"a": a, "b": b, "level": lv, **vars(paired(summary, a, b, lv).diff),
+                  "ahead": paired(summary, a, b, lv).ahead, "chords": paired(summary, a, b, lv).chords}
+                 for a, b in pairs if a in summary and b in summary for lv in levels]
     paths = {k: os.path.join(out_dir, f"frontier.{k}") for k in ("json", "md", "png")}
     doc = {
-        "levels": list(levels),
-        "summary": {m: {"seeds": s["seeds"], "area": vars(s["area"]),
-                        "levels": {str(level): vars(v) for level, v in s["levels"].items()}}  # type: ignore[union-attr]
-                    for m, s in summary.items()},
+        "levels": list(levels), "max_gap": gap,
+        "summary": _summary_json(summary),
+        **({"summary_capped_at_1": _summary_json(capped_summary)} if capped_summary else {}),
+        "paired": pair_docs,
+        "markers": [vars(m) for m in markers],
         "runs": [{"method": r.method, "lr": r.lr, "seed": r.seed, "curve": r.curve} for r in runs],
         **(extra or {}),
     }
     atomic_write(paths["json"], (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
     seeds = sorted({r.seed for r in runs})
-    head = (f"Best {axes.old_name} retention at equal {axes.new_name} learning (seeds {seeds}; mean [min, max] "
-            "over seeds of the best over LRs)\n\n")
-    atomic_write(paths["md"], (head + table(summary, levels, new=axes.new, old=axes.old)).encode("utf-8"))
-    plot(runs, paths["png"], title, axes)
+    kw = {"new": axes.new, "old": axes.old}
+    text = [f"Best {axes.old_name} retention at equal {axes.new_name} learning (seeds {seeds}; mean [min, max] "
+            "over seeds of the best over LRs)\n"]
+    shown: set[str] = set()
+    for name, methods in sections:
+        text += [f"**{name}**\n", table(summary, levels, methods=methods, **kw)]
+        shown |= set(methods)
+    rest = [m for m in summary if m not in shown]
+    if rest:
+        text += (["**Other rows**\n"] if sections else []) + [table(summary, levels, methods=rest, **kw)]
+    if any(v.chords for s in summary.values() for v in s["levels"].values()):  # type: ignore[union-attr]
+        text.append(f"~: in (~k/n) of the seeds the best value is a chord: its two bracketing evaluations are more "
+                    f"than {gap:g} apart in {axes.new_name} learning, so no evaluation looked near the level; it "
+                    "is interpolated, not measured.\n")
+    if capped_summary:
+        text += [f"With {axes.old_name} retention capped at 1 (no credit for improving on the base):\n",
+                 table(capped_summary, levels, **kw)]
+    else:
+        text.append(f"No {axes.old_name} score exceeds 1, so retention capped at 1 is the table above.\n")
+    trained = [m for m in summary if "[" not in m and len(summary[m]["lrs"]) > 1]  # type: ignore[arg-type]
+    if trained:
+        text += ["Which LR gives each seed's best (a method's optimum is bracketed where it is interior):\n",
+                 optimum_table(summary, levels, new=axes.new, methods=trained)]
+    if pair_docs:
+        text += [f"Paired differences, a - b per seed (each seed's best over LRs): mean [min, max] sd, and in how "
+                 "many seeds a is ahead\n", paired_table(summary, pairs, levels, new=axes.new)]
+    if markers:
+        text += ["Deployable operating points (tau and direction fixed before the evaluated data are seen: calibrated "
+                 "on held-out data, or the paper's own tau) beside the in-sample envelope of the same run\n",
+                 markers_table(markers, runs, axes)]
+    if notes:
+        text.append(notes)
+    atomic_write(paths["md"], "\n".join(text).encode("utf-8"))
+    plot(runs, paths["png"], title, axes, levels=levels, max_gap=gap, markers=markers)
     return paths

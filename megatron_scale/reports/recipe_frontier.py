@@ -1,130 +1,283 @@
 """The real model's frontier: English retention against Korean learning, along training, from the
-recipe's own runs (examples/scale_korean.sh), every method at one or more learning rates.
+recipe's own runs (examples/scale_korean.sh), every method at one or more learning rates and seeds.
 
 The two scores of one evaluation, both higher-is-better and 0 / 1 at the base:
-    learning  = 1 - loss_new / loss_new(base)    the share of the base's Korean bits per byte gone
-    retention = loss_old(base) / loss_old        1 where English is untouched, below 1 where forgotten
+    learning  = 1 - loss_new / loss_new(base)              the share of the base's bits per byte gone
+    retention = mean over the old sets s of loss_s(base) / loss_s
+                                                           1 where untouched, below 1 where forgotten
 Bits per byte is the evaluation's loss times a constant of its set (tokens per byte / ln 2), and
 every evaluation of a run scores the same windows (training/loop.py's evaluate), so both ratios
 are ratios of bits per byte, exact without the set's byte count. The base is each run's own
-iteration-0 evaluation, which every method shares on the same windows.
+iteration-0 evaluation, which every method shares on the same windows (runs of every seed too,
+with the recipe's SEED: training's --eval-seed keeps the windows). Retention over several old sets
+(English: Shakespeare, modern prose, passages) is the mean of each set's ratio; an `Axis` names
+the new set and the old ones.
 
 SCALE-Route trains with its router as configured (its training evaluations are routed that way);
 its frontier is the router sweep of the trained model (tools/route_sweep.py, the recipe's
 ROUTE_SWEEP=1): every tau of every statistic, on the sweep's own windows, where the base is the
 preservation head z_p (exactly the base model's output). One curve per statistic, named
-"scale-route[<statistic>]", as the biography frontier names them.
+"scale-route[<statistic>]", in the direction the sweep calibrated (`sweep_extras` records it, with
+the routing unit). `sweep_extras` adds what the sweep also tells (issue 44): the paper's own
+router where the calibrated cosine is reversed ("[cosine, paper's]", z_p where cos >= tau), the
+controls without a router ("[random mix]": every token on z_a with probability f, from the two
+heads' mean losses, exact; "[alpha mix]": z_p + alpha (z_a - z_p), where the sweep scored it),
+and the deployable point of each statistic whose tau was calibrated on held-out windows. Route
+from SCALE-Preserve's own checkpoints (the two train bitwise alike) is reports/route_frontier.py.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_scale.reports.frontier import Run
-from megatron_scale.reports.frontier_report import Axes
+from megatron_scale.recipe.layout import run_name
+from megatron_scale.reports.frontier import Point, Run
+from megatron_scale.reports.frontier_report import Axes, Marker
 from megatron_scale.reports.recipe import _pct, evaluations
 from megatron_scale.reports.route_sweep import load_sweep
 
 LEVELS = (0.05, 0.1, 0.2)
-SEED = 0  # one training run per method and LR: the recipe's data order and init are fixed
+SEED = 1234  # training's default --seed: a run whose folder names no seed trained with it
 
 
-def axes(old: str, new: str) -> Axes:
-    return Axes(new=f"{new} learning", old=f"{old} retention", new_name=f"{new}", old_name=f"{old}",
-                new_label=f"{new} learning (share of the base's bits per byte gone, %)",
-                old_label=f"{old} retention (base bits per byte / bits per byte, %)", limits=None)
+@dataclass(frozen=True)
+class Axis:
+    """Which evaluation sets make the two scores: learning on `new`, retention the mean over `old`."""
+
+    new: str
+    old: tuple[str, ...]
+
+    @classmethod
+    def of(cls, old: str | Sequence[str], new: str) -> Axis:
+        return cls(new, (old,) if isinstance(old, str) else tuple(old))
+
+    @property
+    def old_name(self) -> str:
+        return self.old[0] if len(self.old) == 1 else f"mean({', '.join(self.old)})"
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return (self.new, *self.old)
+
+
+def axes(old: str | Sequence[str], new: str) -> Axes:
+    axis = Axis.of(old, new)
+    o, n = axis.old_name, axis.new
+    return Axes(new=f"{n} learning", old=f"{o} retention", new_name=n, old_name=o,
+                new_label=f"{n} learning (share of the base's bits per byte gone, %)",
+                old_label=f"{o} retention (base bits per byte / bits per byte, %)", limits=None)
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One run of the recipe: WORKDIR, the method and the LR it trained at, and the name it is
-    drawn under (the method's, unless a variant of it is named apart: "[NAME=]WORKDIR:METHOD:LR")."""
+    """One run of the recipe: WORKDIR, the method and the LR it trained at, its seed (the recipe's
+    SEED: the run's folder is METHOD-seedSEED; none: METHOD, training's default seed), and the name
+    it is drawn under (the method's, unless a variant of it is named apart:
+    "[NAME=]WORKDIR:METHOD:LR[:SEED]")."""
 
     workdir: Path
     method: str
     lr: float
     name: str = ""
+    seed: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> Spec:
         name, eq, rest = text.partition("=")
         if not eq:
             name, rest = "", text
+        seed: int | None = None
+        head, _, last = rest.rpartition(":")
+        if last.isdigit() and head.count(":") >= 2:  # WORKDIR:METHOD:LR:SEED
+            rest, seed = head, int(last)
         parts = rest.rsplit(":", 2)
         if len(parts) != 3 or not parts[0] or not parts[1] or (eq and (not name or "[" in name)):
-            raise ValueError(f"run {text!r}: expected [NAME=]WORKDIR:METHOD:LR, e.g. runs/fr:scale-preserve:1e-3 "
+            raise ValueError(f"run {text!r}: expected [NAME=]WORKDIR:METHOD:LR[:SEED], e.g. runs/fr:scale-preserve:1e-3 "
                              "(NAME without '[')")
         try:
             lr = float(parts[2])
         except ValueError:
             raise ValueError(f"run {text!r}: the LR {parts[2]!r} is not a number") from None
-        return cls(Path(parts[0]), parts[1], lr, name or parts[1])
+        return cls(Path(parts[0]), parts[1], lr, name or parts[1], seed)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.workdir / "runs" / run_name(self.method, self.seed)
 
     @property
     def metrics(self) -> Path:
-        return self.workdir / "runs" / self.method / "metrics.jsonl"
+        return self.run_dir / "metrics.jsonl"
 
     @property
     def sweep(self) -> Path:
-        return self.workdir / "runs" / self.method / "sweep" / "sweep.json"
+        return self.run_dir / "sweep" / "sweep.json"
+
+    def trained_seed(self) -> int:
+        """The run's seed: the one its metrics record (the training entry's "start" record), which
+        must be the folder's; training's default where neither says."""
+        recorded = start_record(self.metrics).get("seed")
+        if self.seed is not None and recorded is not None and recorded != self.seed:
+            raise ValueError(f"run {self.workdir}:{self.method}: its folder says seed {self.seed}, its metrics "
+                             f"{self.metrics} record seed {recorded}")
+        return self.seed if self.seed is not None else recorded if recorded is not None else SEED
 
 
-def scores(loss_old: float, loss_new: float, base_old: float, base_new: float) -> tuple[float, float]:
-    """(learning, retention) of one evaluation against the base's."""
+def scores(loss_old: float, loss_new: float, base_old: float, base_new: float) -> Point:
+    """(learning, retention) of one evaluation against the base's, one old set."""
     return 1.0 - loss_new / base_new, base_old / loss_old
 
 
-def training_curve(metrics: str | os.PathLike, old: str, new: str) -> tuple[tuple[float, float], ...]:
-    """(learning, retention) at every evaluation of one run, the first being its iteration 0."""
+def point(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) -> Point:
+    """(learning, retention) of one evaluation's losses (nats per token, by set) against the base's:
+    retention is the mean of each old set's ratio."""
+    learning = 1.0 - losses[axis.new] / base[axis.new]
+    return learning, statistics.fmean(base[s] / losses[s] for s in axis.old)
+
+
+WINDOWS = ("seq_length", "global_batch_size", "eval_iters", "eval_seed", "eval_data")  # what fixes the evaluated windows
+
+
+def start_record(metrics: str | os.PathLike) -> dict:
+    """A run's "start" record (training/loop.py: its settings), {} where it has none."""
+    for line in Path(metrics).read_text().splitlines():
+        if line.startswith('{"kind": "start"'):
+            return json.loads(line)
+    return {}
+
+
+def losses_of(metrics: str | os.PathLike, axis: Axis, base: str | os.PathLike | None = None) -> dict[int, dict[str, float]]:
+    """Each evaluation's loss (nats per token) on the axis' sets, by iteration (0 first, the base's).
+    A run that did not evaluate at iteration 0 takes the iteration-0 evaluation of `base` (another
+    run's metrics, from the same base model), where the two evaluated the same windows: the start
+    records must agree on every setting in WINDOWS that both record."""
     evals = evaluations(metrics)
+    if 0 not in evals and base is not None:
+        mine, theirs = start_record(metrics), start_record(base)
+        differ = [k for k in WINDOWS if k in mine and k in theirs and mine[k] != theirs[k]]
+        if not mine or not theirs or differ:
+            raise ValueError(f"{metrics}: its evaluations and the base's {base} do not score the same windows "
+                             f"({'differing: ' + ', '.join(differ) if differ else 'a start record is missing'})")
+        shared = evaluations(base)
+        if 0 in shared:
+            evals = {0: shared[0], **evals}
     if 0 not in evals:
-        raise ValueError(f"{metrics}: no iteration-0 evaluation (the base's, which the scores are relative to)")
+        raise ValueError(f"{metrics}: no iteration-0 evaluation (the base's, which the scores are relative to; "
+                         "--base-metrics gives one for runs that skipped it)")
     for it, recs in evals.items():
-        missing = [n for n in (old, new) if n not in recs]
+        missing = [n for n in axis.sets if n not in recs]
         if missing:
             raise ValueError(f"{metrics}: iteration {it} has no evaluation of {', '.join(missing)} "
                              f"(sets evaluated: {', '.join(sorted(recs))})")
-    base = evals[0]
-    return tuple(scores(float(r[old]["lm_loss"]), float(r[new]["lm_loss"]), float(base[old]["lm_loss"]),
-                        float(base[new]["lm_loss"])) for _, r in sorted(evals.items()))
+    return {it: {n: float(recs[n]["lm_loss"]) for n in axis.sets} for it, recs in sorted(evals.items())}
 
 
-def sweep_curves(sweep: str | os.PathLike, method: str, lr: float, old: str, new: str) -> list[Run]:
+def training_curve(metrics: str | os.PathLike, old: str | Sequence[str], new: str,
+                   base: str | os.PathLike | None = None) -> tuple[Point, ...]:
+    """(learning, retention) at every evaluation of one run, the first being its iteration 0
+    (`base`'s where the run skipped it: losses_of)."""
+    losses = losses_of(metrics, Axis.of(old, new), base)
+    return tuple(point(v, losses[0], Axis.of(old, new)) for v in losses.values())
+
+
+def iterations(metrics: str | os.PathLike) -> list[int]:
+    """The iterations a run evaluated at, in order (its curve's points)."""
+    return sorted(evaluations(metrics))
+
+
+def sweep_curves(sweep: str | os.PathLike, method: str, lr: float, old: str, new: str, seed: int = SEED) -> list[Run]:
     """Per statistic of a router sweep of `old` against `new`: (learning, retention) at every tau,
     against z_p."""
     doc = load_sweep(sweep, old, new)
     if doc.get("metric") != "ppl":
         raise ValueError(f"{sweep}: expected a sweep scored in perplexity, got metric {doc.get('metric')!r}")
     base_old, base_new = (math.log(doc["heads"][name]["z_p"]) for name in (old, new))
-    return [Run(f"{method}[{stat}]", lr, SEED,
+    return [Run(f"{method}[{stat}]", lr, seed,
                 tuple(scores(math.log(p[old]), math.log(p[new]), base_old, base_new) for p in a["points"]))
             for stat, a in sorted(doc["statistics"].items())]
 
 
-def runs_of(specs: list[Spec], old: str = "en", new: str = "ko") -> list[Run]:
-    """Every curve: one per run along training, and per router statistic of each run with a sweep."""
+def sweep_extras(sweep: str | os.PathLike, method: str, lr: float, old: str, new: str,
+                 rates: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(21))) -> tuple[list[Run], list[Marker], dict]:
+    """From one router sweep: the paper's cosine router (where the calibrated one is reversed),
+    the random and alpha mixing controls, the deployable markers (held-out calibration), and per
+    curve what it is (statistic or control, direction, unit) for frontier.json."""
+    doc = load_sweep(sweep, old, new)
+    log_p = {name: math.log(doc["heads"][name]["z_p"]) for name in (old, new)}
+    log_a = {name: math.log(doc["heads"][name]["z_a"]) for name in (old, new)}
+
+    def point(p: dict) -> tuple[float, float]:
+        return scores(math.log(p[old]), math.log(p[new]), log_p[old], log_p[new])
+
+    unit = doc.get("unit", "token")
+    runs, markers, info = [], [], {}
+    for stat, a in sorted(doc["statistics"].items()):
+        name = f"{method}[{stat}]"
+        info[name] = {"statistic": stat, "direction": a.get("direction", a["calibration"].get("direction", "above")),
+                      "unit": unit, "tau": "every tau, read off the evaluated windows"}
+        if "paper_points" in a:
+            runs.append(Run(f"{method}[{stat}, paper's]", lr, SEED, tuple(point(p) for p in a["paper_points"])))
+            info[f"{method}[{stat}, paper's]"] = {"statistic": stat, "direction": "above", "unit": unit}
+        cal = a["calibration"]
+        if cal.get("held_out") and old in cal and new in cal:
+            markers.append(Marker(f"{method}[{stat}, deployable]", lr, SEED, point(cal), name))
+    random = (doc.get("controls") or {}).get("random") or [  # exact from the heads' mean losses
+        {old: math.exp((1 - f) * log_p[old] + f * log_a[old]), new: math.exp((1 - f) * log_p[new] + f * log_a[new])}
+        for f in rates]
+    runs.append(Run(f"{method}[random mix]", lr, SEED, tuple(point(p) for p in random)))
+    info[f"{method}[random mix]"] = {"control": "random", "knob": "rate", "unit": unit}
+    if (doc.get("controls") or {}).get("alpha"):
+        runs.append(Run(f"{method}[alpha mix]", lr, SEED, tuple(point(p) for p in doc["controls"]["alpha"])))
+        info[f"{method}[alpha mix]"] = {"control": "alpha", "knob": "alpha", "unit": unit}
+    return runs, markers, info
+
+
+def extras(specs: list[Spec], old: str = "en", new: str = "ko") -> tuple[list[Run], list[Marker], dict]:
+    """sweep_extras of every run with a sweep."""
+    runs, markers, info = [], [], {}
+    for s in specs:
+        if s.sweep.is_file():
+            r, m, i = sweep_extras(s.sweep, s.name, s.lr, old, new)
+            runs, markers = runs + r, markers + m
+            info.update(i)
+    return runs, markers, info
+
+
+def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
+            base: str | os.PathLike | None = None) -> list[Run]:
+    """Every curve: one per run along training, and per router statistic of each run with a sweep
+    (a sweep scores one old set: with several, the sweep is left out)."""
     out = []
     for s in specs:
         if not s.metrics.is_file():
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
-        out.append(Run(s.name, s.lr, SEED, training_curve(s.metrics, old, new)))
-        if s.sweep.is_file():
-            out += sweep_curves(s.sweep, s.name, s.lr, old, new)
+        seed = s.trained_seed()
+        out.append(Run(s.name, s.lr, seed, training_curve(s.metrics, old, new, base)))
+        if s.sweep.is_file() and (isinstance(old, str) or len(old) == 1):
+            out += sweep_curves(s.sweep, s.name, s.lr, old if isinstance(old, str) else old[0], new, seed)
     return out
 
 
-def final_table(specs: list[Spec], sets: tuple[str, ...]) -> str:
+def final_table(specs: list[Spec], sets: tuple[str, ...], base: str | os.PathLike | None = None) -> str:
     """Markdown: every run's last evaluation, each set's bits-per-byte change against the base
-    (loss ratio - 1, the same windows), to show the English sets the frontier does not draw."""
-    lines = ["| method | LR | iteration | " + " | ".join(f"{s} change" for s in sets) + " |",
-             "|---|---|---|" + "---|" * len(sets)]
+    (loss ratio - 1, the same windows; `base`'s iteration 0 for a run that skipped its own, as
+    losses_of checks), to show the English sets the frontier does not draw."""
+    seeded = any(s.seed is not None for s in specs)
+    lines = ["| method | LR |" + (" seed |" if seeded else "") + " iteration | " + " | ".join(f"{s} change" for s in sets) + " |",
+             "|---|---|" + ("---|" if seeded else "") + "---|" + "---|" * len(sets)]
     for s in specs:
         evals = evaluations(s.metrics)
+        if 0 not in evals:
+            losses_of(s.metrics, Axis.of((), sets[0]), base)  # the check, or the error
+            evals = {0: evaluations(base)[0], **evals}
         last = max(evals)
         cells = [_pct(float(evals[last][n]["lm_loss"]), float(evals[0][n]["lm_loss"]))
                  if n in evals[last] and n in evals[0] else "" for n in sets]
-        lines.append(f"| {s.name} | {s.lr:g} | {last} | " + " | ".join(cells) + " |")
+        seed = f" {s.trained_seed()} |" if seeded else ""
+        lines.append(f"| {s.name} | {s.lr:g} |{seed} {last} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

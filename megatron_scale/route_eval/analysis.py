@@ -5,7 +5,10 @@ classifier, and optionally a calibrated direction and tau (calibrate.py) with th
 Each statistic's entry says its direction ("above": z_p where s >= tau, the paper's; "below":
 z_p where s <= tau): the calibration's where one is made, else the imposed one, else the side
 where the AUC is at least 0.5. Its points and ROC are in that direction; "auc" stays the paper's
-direction (above) and "auc_by_direction" holds both (below = 1 - above).
+direction (above) and "auc_by_direction" holds both (below = 1 - above). Where the cosine's
+direction is not the paper's, "paper_points" sweeps it in the paper's (the paper's own router).
+"controls" (controls.py): random mixing of the two heads at every rate, and the global weight
+alpha at every alpha the records hold (route_stats/mixing.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from megatron_scale.route_eval import controls
 from megatron_scale.route_eval.calibrate import calibrate
 from megatron_scale.route_eval.curves import Records, default_grid, head_metric, roc, stat_key, sweep
 from megatron_scale.route_eval.report import thin
@@ -51,5 +55,10 @@ def analyse(
             at = sweep(sets, stat, [cal.tau], metric, cal.direction)[0]
             entry["calibration"] = {**cal.record(), "held_out": calibration_sets is not None,
                                     **{k: v for k, v in at.items() if k != "tau"}}
+        if stat == "cosine" and chosen != "above":
+            entry["paper_points"] = sweep(sets, stat, grid, metric, "above")
         out["statistics"][stat] = entry
+    out["controls"] = {"random": controls.random_sweep(sets, metric=metric)}
+    if all(controls.alphas_in(r) for r in sets.values()):
+        out["controls"]["alpha"] = controls.alpha_sweep(sets, metric=metric)
     return out

@@ -44,6 +44,7 @@ class SweepSettings:
     calibration_old: str | None = None  # held-out prefixes for calibration (default: the eval sets)
     calibration_new: str | None = None
     calibration_skip: int = 0  # calibration windows start after this many (disjoint from the evaluated ones)
+    alphas: tuple[float, ...] = ()  # also score z_p + alpha (z_a - z_p) at these (the global-weight control)
     save: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -117,7 +118,8 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
     from megatron_scale.route_eval.windows import batches
 
     model = load_model(s.load, Parallel(tp=s.tp), device).model.eval()
-    return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics) for name, ids in sets.items()}
+    return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics, s.alphas)
+            for name, ids in sets.items()}
 
 
 def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,

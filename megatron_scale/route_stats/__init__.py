@@ -5,4 +5,5 @@ router (model/layers/routing.py) and the route sweeps (route_eval/, bio/):
     sums.py            per-token partial sums over a vocab slice (C++ op, PyTorch twin)
     statistics.py      the router statistics (cosine, centered-cosine, max-prob, certainty)
     token_records.py   per-token losses, correctness and statistics for a whole threshold sweep
+    mixing.py          the router's controls: z_p and z_a mixed by a global weight or at random
 """

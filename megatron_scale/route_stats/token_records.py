@@ -14,6 +14,8 @@ vocab_parallel_cross_entropy (the function GPTModel's loss uses, so a routed eva
 records agree to the bit); correctness compares the label's logit with the global maximum (one
 all-reduce MAX and one SUM); the statistics all-reduce partial sums. Nothing gathers logits.
 A label tied with another token at the maximum counts as correct (argmax would pick the lower id).
+In a process with no model-parallel state (logits scored whole, outside a run) the loss is torch's
+cross entropy instead.
 """
 
 from __future__ import annotations
@@ -44,8 +46,20 @@ def _correct(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | N
 
 
 def _loss(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    if group is None and not mc.parallel_state.model_parallel_is_initialized():
+        # no process group at all (a single process scoring logits it holds whole): torch's own
+        return torch.nn.functional.cross_entropy(z.float().reshape(-1, z.shape[-1]), labels.reshape(-1),
+                                                 reduction="none").reshape(labels.shape)
     # clone: megatron-core's cross entropy works in place on fp32 logits
     return mc.tensor_parallel.vocab_parallel_cross_entropy(z.clone(), labels, tp_group=group).float()
+
+
+def label_scores(z: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy of the label, whether the label is the top token) per token of vocab-parallel
+    logits z [..., V/tp] whose leading dims are `labels`' (the records' loss_* and correct_*)."""
+    g = group if group is not None and dist.get_world_size(group) > 1 else None
+    with torch.no_grad():
+        return _loss(z, labels, g), _correct(z, labels, g)
 
 
 def token_records(

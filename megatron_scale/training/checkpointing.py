@@ -32,7 +32,7 @@ from megatron_scale.artifacts import atomic_write
 from megatron_scale.checkpoint.io import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.checkpoint.layout import FULLY_RESHARDABLE, MODEL_SPACE, SavedLayout
 from megatron_scale.checkpoint.records import CheckpointRecords, RecordedMethod, read_records
-from megatron_scale.flags import flag, positive
+from megatron_scale.flags import check_iterations, flag, positive
 from megatron_scale.model.weights.state import tree_map
 
 
@@ -46,13 +46,18 @@ class CheckpointConfig:
     """The run directory checkpoints go to."""
     save_interval: int | None = field(default=None, metadata=flag("--save-interval"))
     """Save every N iterations (and at the end)."""
+    save_iterations: tuple[int, ...] = field(default=(), metadata=flag("--save-iterations", metavar="ITER"))
+    """Save at these iterations too (besides --save-interval and the end), e.g. those of
+    --eval-iterations, so every evaluated model can be scored again later."""
     exit_signal_save: bool = field(default=False, metadata=flag("--exit-signal-save"))
     """On SIGTERM/SIGINT save before exiting."""
 
-    def validate(self) -> None:
+    def validate(self, train_iters: int | None = None) -> None:
         """(--load is checked where it is read: training/plan.py load_source.)"""
         positive(("--save-interval", self.save_interval))
-        for name, given in (("--save-interval", self.save_interval is not None), ("--exit-signal-save", self.exit_signal_save)):
+        check_iterations("--save-iterations", self.save_iterations, train_iters, first=1)
+        for name, given in (("--save-interval", self.save_interval is not None), ("--save-iterations", bool(self.save_iterations)),
+                            ("--exit-signal-save", self.exit_signal_save)):
             if given and self.save is None:
                 raise ValueError(f"{name} needs --save")
 

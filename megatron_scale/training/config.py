@@ -198,6 +198,9 @@ class DataConfig:
     """NAME=PREFIX ... evaluated separately."""
     data_cache_path: str | None = field(default=None, metadata=flag("--data-cache-path"))
     """Where megatron-core caches the dataset indices."""
+    eval_seed: int | None = field(default=None, metadata=flag("--eval-seed"))
+    """Seed of the --eval-data-path sets' window order (default: --seed); runs of other --seed values
+    with one --eval-seed score the same windows, so their evaluations compare (and pair)."""
 
     def blend(self) -> tuple[list[str], list[float] | None]:
         return data_blend(self.data_path)

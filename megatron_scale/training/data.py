@@ -50,15 +50,19 @@ def _config(seq_length: int, seed: int, vocab_size: int, cache: str | None, **kw
 def build_datasets(
     *, blend: tuple[list[str], list[float] | None], split: str, eval_sets: dict[str, str],
     seq_length: int, seed: int, vocab_size: int, train_samples: int, eval_samples: int,
-    cache: str | None = None,
+    cache: str | None = None, eval_seed: int | None = None,
 ) -> Batches:
+    """The training blend split by `split` (its order drawn with `seed`) and each named evaluation
+    set, whose windows are drawn with `eval_seed` (default `seed`): runs of different seeds that
+    share an eval seed score the same windows."""
     cfg = _config(seq_length, seed, vocab_size, cache, blend=blend, split=split)
     train, valid, _ = mc.BlendedMegatronDatasetBuilder(
         mc.GPTDataset, [train_samples, eval_samples, 0], lambda: True, cfg
     ).build()
     evals = {"valid": valid} if valid is not None else {}
     for name, prefix in eval_sets.items():
-        ecfg = _config(seq_length, seed, vocab_size, cache, blend=([prefix], None), split="0,100,0")
+        ecfg = _config(seq_length, seed if eval_seed is None else eval_seed, vocab_size, cache,
+                       blend=([prefix], None), split="0,100,0")
         _, ds, _ = mc.BlendedMegatronDatasetBuilder(mc.GPTDataset, [0, eval_samples, 0], lambda: True, ecfg).build()
         evals[name] = ds
     return Batches(train=train, evals=evals)

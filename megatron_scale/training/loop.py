@@ -146,7 +146,7 @@ def setup(config: TrainConfig) -> Run:
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     data = build_datasets(
         blend=cfg.data.blend(), split=cfg.data.split, eval_sets=cfg.data.evals(),
-        seq_length=s.seq_length, seed=s.seed, vocab_size=p.architecture.vocab_size,
+        seq_length=s.seq_length, seed=s.seed, eval_seed=cfg.data.eval_seed, vocab_size=p.architecture.vocab_size,
         train_samples=s.train_iters * gb, eval_samples=max(cfg.logging.eval_iters, 1) * gb,
         cache=cfg.data.data_cache_path,
     )
@@ -251,6 +251,18 @@ def evaluate(run: Run) -> dict[str, dict[str, float]]:
     return results
 
 
+def _start_record(run: Run) -> dict[str, Any]:
+    """What a fresh run records before its first step (kind "start"): the settings a reader of its
+    metrics needs to group and check runs (seeds, when it evaluates and saves)."""
+    c = run.config
+    return {"method": run.method.name, "seed": c.schedule.seed, "eval_seed": c.data.eval_seed,
+            "lr": c.optim.lr, "train_iters": c.schedule.train_iters,
+            "global_batch_size": c.schedule.global_batch_size, "seq_length": c.schedule.seq_length,
+            "eval_iters": c.logging.eval_iters, "eval_interval": c.logging.eval_interval,
+            "eval_iterations": list(c.logging.eval_iterations), "save_iterations": list(c.checkpoint.save_iterations),
+            "eval_data": c.data.evals()}
+
+
 class _Signals:
     """SIGTERM (Slurm pre-emption) and SIGINT set a flag; the loop stops at the next iteration
     boundary, all ranks together."""
@@ -276,19 +288,21 @@ def train(config: TrainConfig) -> Run:
     signals = _Signals()
     first = run.iteration
     try:
-        if log.eval_interval and log.eval_at_start and run.iteration == 0 and run.data.evals:
+        if run.iteration == 0:
+            run.log.record("start", 0, _start_record(run))
+        if log.evaluates_at(0) and run.iteration == 0 and run.data.evals:
             run.log.eval_line(0, evaluate(run))  # the model as loaded: the "before" numbers
         while run.iteration < s.train_iters:
             values = train_step(run)
             if run.iteration % log.log_interval == 0:
                 run.log.train_line(run.iteration, {**values, "start_iteration": first})
-            if log.eval_interval and run.iteration % log.eval_interval == 0 and run.data.evals:
+            if log.evaluates_at(run.iteration) and run.data.evals:
                 run.log.eval_line(run.iteration, evaluate(run))
             last = run.iteration == s.train_iters
             stop = signals.any_rank(run.device)
             leave = bool(s.exit_interval) and run.iteration % s.exit_interval == 0 and not last
             if ck.save and ((ck.save_interval and run.iteration % ck.save_interval == 0) or last
-                            or (stop and ck.exit_signal_save) or leave):
+                            or run.iteration in ck.save_iterations or (stop and ck.exit_signal_save) or leave):
                 run.save()
             if stop or leave:
                 if run.log.active:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
-from megatron_scale.flags import flag, positive
+from megatron_scale.flags import check_iterations, flag, positive
 
 
 @dataclass(kw_only=True)
@@ -22,6 +22,10 @@ class LoggingConfig:
     eval_interval: int | None = field(default=None, metadata=flag("--eval-interval"))
     """Evaluate every N iterations, and before the first (the 'before' numbers) unless
     --no-eval-at-start or resuming."""
+    eval_iterations: tuple[int, ...] = field(default=(), metadata=flag("--eval-iterations", metavar="ITER"))
+    """Evaluate at exactly these iterations instead of every --eval-interval (0: before the first step,
+    unless resuming), e.g. 0 2 4 8 16 32 64 96: dense early evaluations, so a learning curve has
+    measured points where it moves fastest."""
     eval_at_start: bool = field(default=True, metadata=flag("--eval-at-start", negate="--no-eval-at-start"))
     """With --eval-interval: no evaluation at iteration 0."""
     eval_iters: int = field(default=2, metadata=flag("--eval-iters"))
@@ -44,10 +48,15 @@ class LoggingConfig:
     tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
     """TensorBoard event files go here."""
 
-    def validate(self, method: str, routes: bool) -> None:
-        """`method`: the --method value; `routes`: whether its model routes (TrainingMethod.routes)."""
+    def validate(self, method: str, routes: bool, train_iters: int | None = None) -> None:
+        """`method`: the --method value; `routes`: whether its model routes (TrainingMethod.routes);
+        `train_iters`: --train-iters, which the evaluation schedule must not pass."""
         positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
                   ("--eval-interval", self.eval_interval))
+        if self.eval_iterations:
+            if self.eval_interval is not None:
+                raise ValueError("--eval-iterations and --eval-interval: give one schedule of evaluations, not both")
+            check_iterations("--eval-iterations", self.eval_iterations, train_iters, first=0)
         given = [n for n, v in (("--route-tau", self.route_tau), ("--route-statistic", self.route_statistic),
                                 ("--route-direction", self.route_direction), ("--route-unit", self.route_unit))
                  if v is not None]
@@ -56,6 +65,14 @@ class LoggingConfig:
             raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
         if self.route_tau is not None:
             check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")
+
+    def evaluates_at(self, iteration: int) -> bool:
+        """Whether the run evaluates after `iteration` steps (0: before the first, when not resuming)."""
+        if self.eval_iterations:
+            return iteration in self.eval_iterations
+        if not self.eval_interval:
+            return False
+        return self.eval_at_start if iteration == 0 else iteration % self.eval_interval == 0
 
 
 class MetricsLog:

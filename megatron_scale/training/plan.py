@@ -229,13 +229,13 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
     method = build_method(cfg, arch, records, where, resuming)
-    cfg.logging.validate(cfg.method.name, method.routes)
+    cfg.logging.validate(cfg.method.name, method.routes, cfg.schedule.train_iters)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
         raise ValueError(f"--num-layers {layers} (model layers) is not divisible by --pipeline-model-parallel-size "
                          f"{cfg.parallel.pp}")
     cfg.data.validate()
-    cfg.checkpoint.validate()
+    cfg.checkpoint.validate(cfg.schedule.train_iters)
     cfg.validate_te()
     record = dataclasses.replace(arch, num_layers=layers)
     if loaded is not None:

@@ -129,21 +129,22 @@ def test_first_token_accuracy_on_a_hand_made_model() -> None:
 def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "bio"
     cmd = [sys.executable, str(ROOT / "tools" / "biography_benchmark.py"), "--preset", "cpu", "--out", str(out),
-           "--methods", "full", "scale-route", "--pretrain-people", "16", "--task0-people", "8",
+           "--methods", "full", "scale-route", "scale-preserve", "--pretrain-people", "16", "--task0-people", "8",
            "--task1-people", "4", "--bios-per-person", "2", "--vocab-size", "400", "--num-layers", "2",
            "--hidden-size", "64", "--num-attention-heads", "8", "--num-query-groups", "4", "--ffn-hidden-size", "128",
            "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "4", "--pretrain-iters", "6",
-           "--task0-iters", "4", "--task1-iters", "4", "--eval-interval", "2"]
+           "--task0-iters", "4", "--task1-iters", "4", "--eval-interval", "2", "--eval-dense-until", "2",
+           "--eval-dense-interval", "1", "--routed-baselines"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
                           check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert list(results["methods"]) == ["full", "scale-route"]
+    assert list(results["methods"]) == ["full", "scale-route", "scale-preserve"]
     assert results["data"]["task0_probes"] == 6 * 8 and results["data"]["task1_probes"] == 6 * 4
     t0_end = results["task0"]["accuracy"]["task0"][-1]
     for name, r in results["methods"].items():
-        assert r["steps"] == [0, 2, 4]
+        assert r["steps"] == [0, 1, 2, 4] and r["stopped_at"] is None  # dense to step 2, then every 2
         assert len(r["loss"]) == 4 and all(math.isfinite(x) for x in r["loss"])
         for key in ("task0", "task1"):
             assert all(0.0 <= v <= 1.0 for v in r["accuracy"][key])
@@ -151,6 +152,27 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
         assert r["accuracy"]["task0"][0] == pytest.approx(t0_end, abs=1 / 48 + 1e-9), name
     route = results["methods"]["scale-route"]
     assert route["preserve_fraction"]["task0"][0] is not None and results["methods"]["full"]["route"] == {}
+    # the routed-baseline control: full's last evaluation against its step-0 model (the task-0 model)
+    full = results["methods"]["full"]
+    assert full["baseline_records"] and "router" in full
+    for key in ("task0", "task1"):
+        rec = full["final_records"][key]
+        mean = lambda k: sum(rec[k]) / len(rec[k])  # noqa: E731
+        assert mean("correct_p") == pytest.approx(full["accuracy"][key][0]) and rec["alpha/0/correct"] == rec["correct_p"]
+        assert mean("correct_a") == pytest.approx(full["accuracy"][key][-1]) and rec["alpha/1/correct"] == rec["correct_a"]
+        assert route["final_records"][key]["alpha/1/correct"] == route["final_records"][key]["correct_a"]
+        # a Preserve run's records are its two heads: z_a is its own output, z_p the task-0 model
+        pres = results["methods"]["scale-preserve"]
+        rec = pres["final_records"][key]
+        assert mean("correct_a") == pytest.approx(pres["accuracy"][key][-1]) and "baseline_records" not in pres
+        assert sum(rec["correct_p"]) / len(rec["correct_p"]) == pytest.approx(full["accuracy"][key][0])
+        assert rec["loss_a"] == route["final_records"][key]["loss_a"]  # Route trains exactly as Preserve
+    controls = route["router"]["controls"]
+    assert [p["rate"] for p in controls["random"]][:2] == [0.0, 0.05] and len(controls["alpha"]) == 21
+    assert controls["random"][0]["task0"] == pytest.approx(route["router"]["heads"]["task0"]["z_p"])
+    assert route["router"]["paper"]["direction"] == "above" and route["router"]["unit"].startswith("one decision per probe")
+    for stat, dep in route["router"]["deployable"].items():
+        assert [f["fold"] for f in dep["folds"]] == [0, 1] and 0.0 <= dep["task0"] <= 1.0, stat
     first = route["route"]["task0"][0]  # before any step z_a == z_p: every answer token kept on z_p
     assert first["answer_preserve_fraction"] == 1.0 and first["tau_sweep"]["-1.0"] == route["accuracy"]["task0"][0]
     assert first["preserve_head_accuracy"] == route["accuracy"]["task0"][0]
@@ -182,7 +204,7 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     assert "expansion" not in results["methods"]["full"] or not results["methods"]["full"]["expansion"]
     e = route["expansion"]
     for key in ("task0", "task1"):
-        assert len(e[key]) == 3 and e[key][0] == {"relative_norm": 0.0, "kl_p_to_a": 0.0, "argmax_changed": 0.0}
+        assert len(e[key]) == 4 and e[key][0] == {"relative_norm": 0.0, "kl_p_to_a": 0.0, "argmax_changed": 0.0}
         assert e[key][-1]["relative_norm"] > 0 and e[key][-1]["kl_p_to_a"] >= 0
     assert "| scale-route | 4 |" in table and "KL from z_p to z_a" in table
 
@@ -213,16 +235,23 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
         assert results["methods"]["full@0.001"]["loss"] != results["methods"]["full@0.01"]["loss"]  # the LR took
         stats = results["methods"]["scale-route@0.01"]["router"]["statistics"]
         for stat, a in stats.items():  # each statistic's tau sweep is a frontier of its own
-            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (f"scale-route[{stat}]", 0.01, seed)]
+            (run,) = [x for x in runs if (x.method, x.lr, x.seed) == (f"scale-route[{stat}, ours]", 0.01, seed)]
             assert run.curve == tuple((p["task1"], p["task0"]) for p in a["points"])
-    assert len(runs) == 2 * (4 + 2 * 4)  # per seed: 4 curves and 4 statistics' sweeps at 2 LRs
+            assert doc["curves"][f"scale-route[{stat}, ours]"]["direction_by_run"][f"seed {seed} lr 0.01"] == a["direction"]
+    # per seed: 4 curves; per Route LR 4 statistics' sweeps, the paper's cosine, random and alpha mixing
+    assert len(runs) == 2 * (4 + 2 * 7)
+    assert set(doc["curves"]["scale-route[cosine, paper's]"]["direction_by_run"].values()) == {"above"}
     # the written summary is reports/frontier.py's on these curves
     summary = summarise(runs, doc["levels"])
-    assert sorted(doc["summary"]) == sorted(summary) and "scale-route[cosine]" in summary
+    assert sorted(doc["summary"]) == sorted(summary) and "scale-route[cosine, ours]" in summary
+    def same(written: dict, spread: object) -> None:
+        for k, v in vars(spread).items():
+            assert (list(written[k]) == list(v)) if isinstance(v, tuple) else written[k] == pytest.approx(v, nan_ok=True), k
+
     for method, s in summary.items():
-        assert doc["summary"][method]["area"] == pytest.approx(vars(s["area"]), nan_ok=True)
+        same(doc["summary"][method]["area"], s["area"])
         for level, v in s["levels"].items():
-            assert doc["summary"][method]["levels"][str(level)] == pytest.approx(vars(v), nan_ok=True)
+            same(doc["summary"][method]["levels"][str(level)], v)
     table = (out / "frontier.md").read_text()
     assert table in done.stdout and "| full | 2 |" in table and "task 0 at task 1 = 0.95" in table
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -263,3 +292,21 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
     bad = subprocess.run([*cmd[:6], "--task1-lrs", "1e-3", "0"], capture_output=True, text=True, timeout=120,
                          env=env, cwd=ROOT, check=False)
     assert bad.returncode != 0 and "--task1-lrs must be distinct positive" in bad.stderr
+
+
+def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_reads() -> None:
+    from megatron_scale.bio.eval_plan import EvalPlan
+    from megatron_scale.bio.protocol import Settings, stage_key
+
+    plan = EvalPlan(50, dense_until=20, dense_interval=5)
+    assert [s for s in range(1, 121) if plan.due(s, 120)] == [5, 10, 15, 20, 50, 100, 120]
+    # adaptive: every 10 steps while task 1 moves by more than 0.1 per 50 steps (0.3 here), else every 50
+    fast, slow = ((50, 0.1), (100, 0.4)), ((50, 0.1), (100, 0.15))
+    adaptive = EvalPlan(50, dense_interval=10, dense_gap=0.1)
+    assert adaptive.due(110, 800, fast) and not adaptive.due(110, 800, slow) and not adaptive.due(105, 800, fast)
+    s = Settings(task1_iters=3000, task1_stop_at=0.95, eval_dense_until=200, lora_rank=64, routed_baselines=True)
+    # the pre-training and task-0 stages read no task-1 setting: a frontier adds runs of other caps to them
+    assert stage_key(s) == stage_key(Settings())
+    assert stage_key(s, "lora")["lora_rank"] == 64 and "freeze_layers" not in stage_key(s, "lora")
+    assert stage_key(s, "full")["task1_stop_at"] == 0.95 and "lora_rank" not in stage_key(s, "full")
+    assert "routed_baselines" in stage_key(s, "scale-preserve") and "routed_baselines" not in stage_key(s, "scale-route")

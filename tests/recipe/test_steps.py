@@ -277,3 +277,26 @@ def test_evaluation_step_counts_bytes_and_scores_benchmarks(tmp_path: Path) -> N
     cmd = [a for a in actions(every) if a.title.startswith("evaluate:")][1].resolve()
     assert isinstance(cmd, Command) and "--limit" not in cmd.args
 
+
+
+def test_evaluation_schedule_saves_and_seed(tmp_path: Path) -> None:
+    """EVAL_ITERATIONS replaces EVAL_INTERVAL, SAVE_ITERATIONS adds saves, and SEED reaches the run's
+    --seed and its folder's name; the evaluated windows stay the unseeded run's (--eval-seed 1234)."""
+    s = settings(tmp_path, METHODS="scale-preserve full", TRAIN_ITERS="96", EVAL_ITERATIONS="0 2 4 8 16 32 64 96",
+                 SAVE_ITERATIONS="2 4 8 16 32 64", SEED="1235")
+    for m in s.methods:
+        args = train_args(s, m)
+        i = args.index("--eval-iterations")
+        assert args[i + 1:i + 9] == ["0", "2", "4", "8", "16", "32", "64", "96"] and "--eval-interval" not in args
+        j = args.index("--save-iterations")
+        assert args[j + 1:j + 7] == ["2", "4", "8", "16", "32", "64"]
+        assert (flag(args, "--seed"), flag(args, "--eval-seed")) == ("1235", "1234")
+        assert flag(args, "--save") == str(tmp_path / "runs" / f"{m}-seed1235")
+    plain = train_args(settings(tmp_path, METHODS="full"), "full")
+    assert "--seed" not in plain and "--eval-seed" not in plain and flag(plain, "--save") == str(tmp_path / "runs" / "full")
+    for env, message in (({"EVAL_ITERATIONS": "0 200"}, "EVAL_ITERATIONS=0 200: each iteration once"),
+                         ({"EVAL_ITERATIONS": "0 two"}, "EVAL_ITERATIONS='0 two' is not a list of integers"),
+                         ({"SAVE_ITERATIONS": "0"}, "SAVE_ITERATIONS=0: each iteration once, from 1"),
+                         ({"SEED": "x"}, "SEED='x' is not an integer")):
+        with pytest.raises(SettingsError, match=message):
+            settings(tmp_path, **env)

@@ -66,6 +66,11 @@ def _args(data: str, *extra: str) -> list[str]:
         (("--vocab-size", "95", "--tensor-model-parallel-size", "2"), 2, "--vocab-size 95 is not divisible"),
         (("--seq-length", "64", "--max-position-embeddings", "32"), 1, "--seq-length 64 exceeds"),
         (("--exit-signal-save",), 1, "--exit-signal-save needs --save"),
+        (("--eval-iterations", "0", "5"), 1, "--eval-iterations 5: every iteration must lie between 0 and --train-iters 4"),
+        (("--eval-iterations", "0", "2", "2"), 1, r"--eval-iterations: \[0, 2, 2\] names an iteration twice"),
+        (("--eval-iterations", "2", "--eval-interval", "2"), 1, "--eval-iterations and --eval-interval"),
+        (("--save-iterations", "2"), 1, "--save-iterations needs --save"),
+        (("--save-iterations", "0", "--save", "/tmp/unused"), 1, "--save-iterations 0: every iteration must lie between 1"),
     ],
 )
 def test_bad_input_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:

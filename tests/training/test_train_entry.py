@@ -7,6 +7,8 @@ A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations
 - SCALE-Preserve continues from the base at TP=2 (killed with SIGKILL and resumed, every method
   reproduces its uninterrupted run exactly: tests/training/test_kills.py);
 - after training, the Preserve model's preservation-head logits equal the base model's bitwise;
+- SCALE-Route trains bitwise like SCALE-Preserve (losses, weights, optimizer state), evaluating on
+  an --eval-iterations schedule and saving at --save-iterations;
 - a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
 - LLaMA-Pro's run starts at the base's loss and evaluates before its first step (what each method
   trains, and its first weights from a base, are tests/methods/test_build_and_load.py's);
@@ -118,6 +120,37 @@ def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(work: di
     recs = train(2, work["root"] / "exit3.jsonl", *_preserve_args(work, save), "--exit-interval", "3")
     assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     assert losses(recs) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
+
+
+def _tensors(ckpt: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint (the model's and the optimizer's), by key, as global values."""
+    from megatron_scale.checkpoint.reader import MegatronReader
+
+    reader = MegatronReader(ckpt)
+    return {key: reader.get(key) for key in sorted(reader.meta)}
+
+
+def test_route_trains_bitwise_like_preserve_on_an_evaluation_schedule(work: dict, preserve_run: dict) -> None:
+    """SCALE-Route trains exactly as SCALE-Preserve (its router acts only in evaluation): the same
+    losses, and after 5 steps the same weights and optimizer state bit for bit, so a router sweep
+    of Preserve's checkpoints is Route's (issue 45). The Route run evaluates, routed, on a schedule
+    (--eval-iterations 0 2 5) and saves at --save-iterations 2 too; its metrics start with the run's
+    settings."""
+    root = work["root"]
+    args = _preserve_args(work, root / "route")
+    args[args.index("scale-preserve")] = "scale-route"
+    recs = train(2, root / "route.jsonl", *args, "--exit-interval", "5", "--eval-data-path", f"en={work['en']}",
+                 f"ko={work['ko']}", "--eval-iterations", "0", "2", "5", "--eval-iters", "1", "--save-iterations", "2")
+    assert losses(recs) == {it: preserve_run["losses"][it] for it in range(1, 6)}  # floats compare exactly
+    assert sorted(p.name for p in (root / "route").glob("iter_*")) == ["iter_0000002", "iter_0000005"]
+    route, preserve = _tensors(root / "route" / "iter_0000005"), _tensors(root / "preserve" / "iter_0000005")
+    assert sorted(route) == sorted(preserve) and any(k.startswith("optimizer") for k in route)
+    assert [k for k in route if not torch.equal(route[k], preserve[k])] == []
+    evals = records(root / "route.jsonl", "eval/ko")
+    assert [r["iteration"] for r in evals] == [0, 2, 5] and all("preserve_fraction" in r for r in evals)
+    (start,) = records(root / "route.jsonl", "start")
+    assert (start["method"], start["seed"], start["eval_iterations"], start["save_iterations"]) == (
+        "scale-route", 1234, [0, 2, 5], [2])
 
 
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
