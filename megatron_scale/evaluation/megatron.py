@@ -16,6 +16,8 @@ Hugging Face export use (z_a, the routed logits for SCALE-Route), or adapt, pres
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 from dataclasses import dataclass
@@ -123,7 +125,7 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, r
 
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
-    from megatron_scale.model.layers.heads import output_head, router_settings
+    from megatron_scale.model.layers.heads import router_settings
 
     if threads:
         torch.set_num_threads(threads)
@@ -133,8 +135,22 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, r
     loaded = load_model(load, Parallel(tp=tp, pp=pp), device)  # a run directory: its newest checkpoint
     model, reader = loaded.model.eval(), loaded.reader
     used = resolved_head(head, loaded.method.scale_dims, reader.dir, router)
-    if router is not None:  # for as long as this rank's model lives
-        router_settings(model, router.tau, router.statistic, router.direction, router.unit).__enter__()
+    with contextlib.ExitStack() as overrides:
+        if router is not None:  # a context held for the whole evaluation (a bare __enter__() on the
+            # temporary would be undone at once, when the temporary is freed)
+            overrides.enter_context(router_settings(model, router.tau, router.statistic, router.direction,
+                                                    router.unit))
+        return _scored(model, reader, tok, tokenizer, used, job, router, device)
+
+
+def _scored(model: Any, reader: Any, tok: Any, tokenizer: str, used: str | None, job: Job, router: Router | None,
+            device: torch.device) -> dict[str, Any]:
+    """One rank's evaluation of the loaded model with its head (and router) chosen; the record
+    that the reporting rank gathered."""
+    from megatron_scale.model.layers.heads import output_head
+
+    ps = mc.parallel_state
+    tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
     args = reader.model_args()
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "

@@ -230,9 +230,6 @@ def test_a_router_deciding_per_character_scores_as_its_export(scored: dict[str, 
 
 
 @pytest.mark.dist
-@pytest.mark.xfail(strict=True, reason="port44: on main's re-laid load path (methods/load.py) a SCALE-Preserve checkpoint "
-                   "routed by --router cosine:above:0.8:char picks other answers than the Route checkpoint with that "
-                   "router (arc_easy/29); smol44's eval_benchmarks --router needs fixing before the frontier uses it")
 def test_a_preserve_checkpoint_routed_by_flag_scores_as_route(scored: dict[str, Any]) -> None:
     """SCALE-Route trains bitwise like SCALE-Preserve, so a Preserve checkpoint with --router is
     Route at that point of training: the same choices as the Route checkpoint with that router."""
