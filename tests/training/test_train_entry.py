@@ -109,17 +109,30 @@ def _preserve_args(work: dict, save: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def preserve_run(work: dict) -> dict[str, Any]:
     save = work["root"] / "preserve"
-    recs = train(2, work["root"] / "preserve.jsonl", *_preserve_args(work, save))
+    # also saved at 3, where the Route run below exits: the two are compared there
+    recs = train(2, work["root"] / "preserve.jsonl", *_preserve_args(work, save), "--save-iterations", "3")
     return {"losses": losses(recs), "ckpt": str(save / f"iter_{PRESERVE_ITERS:07d}")}
 
 
-def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(work: dict, preserve_run: dict) -> None:
-    """--exit-interval 3: exits 0 after iteration 3 with a checkpoint there; the losses so far are
-    the uninterrupted run's (--train-iters still fixes the LR schedule)."""
-    save = work["root"] / "exit3"
-    recs = train(2, work["root"] / "exit3.jsonl", *_preserve_args(work, save), "--exit-interval", "3")
-    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
-    assert losses(recs) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
+@pytest.fixture(scope="module")
+def route_exit(work: dict) -> dict[str, Any]:
+    """SCALE-Route with Preserve's settings, stopped by --exit-interval 3, evaluated (routed) on a
+    schedule (--eval-iterations 0 2 3) and saved at --save-iterations 2 too: one run for the two
+    tests below."""
+    root = work["root"]
+    args = _preserve_args(work, root / "route")
+    args[args.index("scale-preserve")] = "scale-route"
+    recs = train(2, root / "route.jsonl", *args, "--exit-interval", "3", "--eval-data-path", f"en={work['en']}",
+                 f"ko={work['ko']}", "--eval-iterations", "0", "2", "3", "--eval-iters", "1", "--save-iterations", "2")
+    return {"records": recs, "save": root / "route", "metrics": root / "route.jsonl"}
+
+
+def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(route_exit: dict, preserve_run: dict) -> None:
+    """--exit-interval 3 (not a multiple of --save-interval 5): exits 0 after iteration 3 with a
+    checkpoint there; the losses so far are the uninterrupted run's (--train-iters still fixes the
+    LR schedule)."""
+    assert (route_exit["save"] / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert losses(route_exit["records"]) == {it: preserve_run["losses"][it] for it in (1, 2, 3)}
 
 
 def _tensors(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -130,27 +143,24 @@ def _tensors(ckpt: Path) -> dict[str, torch.Tensor]:
     return {key: reader.get(key) for key in sorted(reader.meta)}
 
 
-def test_route_trains_bitwise_like_preserve_on_an_evaluation_schedule(work: dict, preserve_run: dict) -> None:
+def test_route_trains_bitwise_like_preserve_on_an_evaluation_schedule(route_exit: dict, preserve_run: dict,
+                                                                    work: dict) -> None:
     """SCALE-Route trains exactly as SCALE-Preserve (its router acts only in evaluation): the same
-    losses, and after 5 steps the same weights and optimizer state bit for bit, so a router sweep
+    losses, and after 3 steps the same weights and optimizer state bit for bit, so a router sweep
     of Preserve's checkpoints is Route's (issue 45). The Route run evaluates, routed, on a schedule
-    (--eval-iterations 0 2 5) and saves at --save-iterations 2 too; its metrics start with the run's
+    (--eval-iterations 0 2 3) and saves at --save-iterations 2 too; its metrics start with the run's
     settings."""
-    root = work["root"]
-    args = _preserve_args(work, root / "route")
-    args[args.index("scale-preserve")] = "scale-route"
-    recs = train(2, root / "route.jsonl", *args, "--exit-interval", "5", "--eval-data-path", f"en={work['en']}",
-                 f"ko={work['ko']}", "--eval-iterations", "0", "2", "5", "--eval-iters", "1", "--save-iterations", "2")
-    assert losses(recs) == {it: preserve_run["losses"][it] for it in range(1, 6)}  # floats compare exactly
-    assert sorted(p.name for p in (root / "route").glob("iter_*")) == ["iter_0000002", "iter_0000005"]
-    route, preserve = _tensors(root / "route" / "iter_0000005"), _tensors(root / "preserve" / "iter_0000005")
+    root, recs = work["root"], route_exit["records"]
+    assert losses(recs) == {it: preserve_run["losses"][it] for it in range(1, 4)}  # floats compare exactly
+    assert sorted(p.name for p in route_exit["save"].glob("iter_*")) == ["iter_0000002", "iter_0000003"]
+    route, preserve = _tensors(route_exit["save"] / "iter_0000003"), _tensors(root / "preserve" / "iter_0000003")
     assert sorted(route) == sorted(preserve) and any(k.startswith("optimizer") for k in route)
     assert [k for k in route if not torch.equal(route[k], preserve[k])] == []
-    evals = records(root / "route.jsonl", "eval/ko")
-    assert [r["iteration"] for r in evals] == [0, 2, 5] and all("preserve_fraction" in r for r in evals)
-    (start,) = records(root / "route.jsonl", "start")
+    evals = records(route_exit["metrics"], "eval/ko")
+    assert [r["iteration"] for r in evals] == [0, 2, 3] and all("preserve_fraction" in r for r in evals)
+    (start,) = records(route_exit["metrics"], "start")
     assert (start["method"], start["seed"], start["eval_iterations"], start["save_iterations"]) == (
-        "scale-route", 1234, [0, 2, 5], [2])
+        "scale-route", 1234, [0, 2, 3], [2])
 
 
 def _compare_heads(rank: int, world: int, base_ckpt: str, scale_ckpt: str) -> dict[str, Any]:
