@@ -13,8 +13,9 @@ The model's sharded state dict is built once per save and once per load; the dig
 from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
 the model's sharded state dict, since the optimizer's entries are built from it.
-Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
-mid-save never leaves a directory that looks complete. Checkpoints whose common state is a
+Saving writes into `<dir>.partial` and renames it when every rank has finished and fsynced its
+files (artifacts.durable_replace), so neither a kill nor a crash of the machine mid-save leaves a
+directory that looks complete. Checkpoints whose common state is a
 pickled common.pt (megatron-core's legacy layout) are refused rather than unpickled.
 A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the newest in
 `<save>/latest_checkpointed_iteration.txt` (Megatron-LM's marker); `latest_iteration_dir` reads it.
@@ -34,6 +35,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
+from megatron_scale.artifacts import durable_replace, fsync_tree
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.layout import SavedLayout
 from megatron_scale.checkpoint.records import (
@@ -115,10 +117,15 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
         mc.dist_checkpointing.save(
             state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
         )
+    # durable before the rename: each rank fsyncs the shard files it wrote (on a shared file system
+    # another node's writes are that node's to flush), rank 0 the rest and the folders
+    mine = f"__{_rank()}_"
+    fsync_tree(partial, lambda name: name.startswith(mine))
     _barrier()
     if _rank() == 0:
+        fsync_tree(partial, lambda name: not (name.startswith("__") and name.endswith(".distcp")))
         hooks.point("save-before-rename", checkpoint=target.name)
-        partial.rename(target)
+        durable_replace(partial, target, synced=True)
     _barrier()
     return target
 
