@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
+from megatron_scale.data.index_cache import cache_folders, check_index_cache
 from megatron_scale.model.inputs import causal_mask
 
 
@@ -52,6 +54,9 @@ def build_datasets(
     seq_length: int, seed: int, vocab_size: int, train_samples: int, eval_samples: int,
     cache: str | None = None,
 ) -> Batches:
+    if not dist.is_initialized() or dist.get_rank() == 0:  # megatron-core builds on rank 0 first
+        for folder in cache_folders([*blend[0], *eval_sets.values()], cache):
+            check_index_cache(folder)
     cfg = _config(seq_length, seed, vocab_size, cache, blend=blend, split=split)
     train, valid, _ = mc.BlendedMegatronDatasetBuilder(
         mc.GPTDataset, [train_samples, eval_samples, 0], lambda: True, cfg
