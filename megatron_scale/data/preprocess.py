@@ -13,6 +13,8 @@ half-written one.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import multiprocessing as mp
 import os
 import sys
@@ -96,7 +98,8 @@ class _Output:
         durable_replace(self.idx + ".partial", self.idx)
 
     def abort(self) -> None:
-        self.builder.data_file.close()
+        with contextlib.suppress(OSError):  # a full disk fails the close's flush too
+            self.builder.data_file.close()
         for path in (self.bin + ".partial", self.idx + ".partial"):
             if os.path.exists(path):
                 os.remove(path)
@@ -154,9 +157,13 @@ def preprocess(
                 bar.set_postfix_str(f"{first.documents / dt:.0f} docs/s, {first.tokens / dt:.0f} tokens/s", refresh=False)
         for o in outs.values():
             o.commit()
-    except BaseException:
+    except BaseException as e:
         for o in outs.values():
             o.abort()
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            names = ", ".join(f"{o.prefix}.bin/.idx" for o in outs.values())
+            raise DataError(f"writing {names}: {os.strerror(e.errno)}; the partial files were removed and an "
+                            "existing dataset of that name is as it was") from e
         raise
     finally:
         if pool is not None:
