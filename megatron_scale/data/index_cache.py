@@ -29,8 +29,11 @@ def _whole(path: Path) -> str | None:
     """None when the .npy file is as long as its header says, else why not."""
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            shape, fortran, dtype = np.lib.format._read_array_header(f, version)  # noqa: SLF001 - numpy's own reader
+            fmt = np.lib.format
+            read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(fmt.read_magic(f))
+            if read is None:
+                return "an .npy format version this check does not know"
+            shape, _fortran, dtype = read(f)
             if dtype.hasobject:
                 return "holds Python objects"
             need = f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
