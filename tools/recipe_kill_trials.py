@@ -2,8 +2,9 @@
 """Kill trials over the whole recipe: SIGKILL `examples/scale_korean.sh` (the launcher and every
 process under it, as a lost node or an OOM kill does) at a random moment of a random step, run
 it again as a requeued job would, and check that the rerun finishes with a report byte-identical
-to an uninterrupted run's, timing lines aside. Outside CI (tests/recipe/test_kill_trials.py runs
-a seeded sample of two trials).
+to an uninterrupted run's, timing lines aside. Outside CI: its reference run alone is the whole
+tiny recipe (minutes); CI covers the parts (tests/recipe/test_records.py, tests/data/test_index_cache.py,
+a seeded training kill in tests/training/test_kills.py).
 
     python tools/recipe_kill_trials.py --trials 50 --seed 0 --workdir runs/recipe-kills --table table.md
 
