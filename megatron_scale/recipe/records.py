@@ -121,14 +121,14 @@ def check(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ..
         return False, f"{names}: no completion record ({path}); left by a run that stopped while writing it? redoing it"
     except (OSError, ValueError) as e:
         return False, f"{path}: unreadable completion record ({e}); redoing {names}"
+    if not present:  # nothing to keep: made again with this run's settings
+        return False, f"{names}: recorded in {path} but missing; redoing it"
     now = _settings(workdir, args)
     if record.get("settings") != now:
         raise SettingsError(
             f"{names} was made with other settings than this run's ({path}: "
             f"{_setting_difference(record.get('settings') or [], now)}); to redo it with these, delete it and "
             f"that record, or set WORKDIR to another folder")
-    if not present:
-        return False, f"{names}: recorded in {path} but missing; redoing it"
     got = describe(workdir, outputs)
     if record.get("outputs") != got:
         return False, (f"{names} does not match its completion record ({path}: "
