@@ -29,6 +29,7 @@ rc: last line of its log), seconds. Needs Linux; runs at whatever nice it was st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -73,6 +74,30 @@ def _lines(log: Path) -> list[str]:
 
 def _headers(log: Path) -> list[int]:
     return [int(m.group(1)) for ln in _lines(log) if (m := HEADER.match(ln))]
+
+
+def kill_tree(p: subprocess.Popen) -> None:
+    """SIGKILL the run and every process under it. torchrun starts each rank in a session of its
+    own (start_new_session), so the process group alone would leave the ranks running on: the
+    tree is frozen (SIGSTOP, so nothing forks meanwhile), read again, then killed."""
+    import psutil
+
+    procs: dict[int, psutil.Process] = {}
+    for _ in range(3):
+        try:
+            found = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for q in found:
+            if q.pid not in procs:
+                procs[q.pid] = q
+                with contextlib.suppress(psutil.Error):
+                    q.send_signal(signal.SIGSTOP)
+    for q in procs.values():
+        with contextlib.suppress(psutil.Error):
+            q.kill()
+    p.wait()
+    psutil.wait_procs(list(procs.values()), timeout=30)
 
 
 def reference(root: Path, port: int) -> dict[str, object]:
@@ -149,8 +174,7 @@ def trial(root: Path, ref: dict, step: int, moment: float, port: int, i: int) ->
     time.sleep(moment)
     landed = "ended before the kill"
     if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_tree(p)
         heads = _headers(killed_log)
         last = heads[-1] if heads else 0
         tail = _lines(killed_log)
