@@ -22,7 +22,9 @@ and plot the package writes, is written with `atomic_write`: a reader sees the o
 whole new one, never a part, and once it returns the file survives a crash of the machine. Not
 so: the appended logs, whose every line is a record (metrics.jsonl, slurm/submissions.jsonl), and
 what is built as a folder or a pair of files under a `.partial` name and renamed when complete
-(checkpoints, Hugging Face exports, indexed datasets).
+(checkpoints, Hugging Face exports, indexed datasets): those are moved into place with
+`durable_replace` (their files and folders fsynced, the rename, the parent folder fsynced), and a
+recipe step's output is counted as done only with its completion record (recipe/records.py).
 
 What durability costs (tools/bench_atomic_write.py, the 2-core machine's disk, measured under
 load): a 1 KiB file 3.1 ms instead of 0.07 ms (the file's fsync 1.4 ms, the folder's 1.6 ms); a
@@ -90,6 +92,53 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Make one file's data durable (opened read-only: fsync needs no write access on Linux)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike[str], files: Callable[[str], bool] = lambda _name: True) -> None:
+    """Make a folder built in place durable: every file under `root` that `files(name)` accepts,
+    then every folder, deepest first (their entries), `root` last. Links are not followed."""
+    folders = []
+    for here, _dirs, names in os.walk(root):
+        folders.append(here)
+        for name in names:
+            path = os.path.join(here, name)
+            if files(name) and not os.path.islink(path):
+                fsync_file(path)
+    for folder in reversed(folders):
+        fsync_dir(folder)
+
+
+def durable_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, synced: bool = False) -> None:
+    """Move a finished output (a file, or a folder built under a `.partial` name) to `dst`, so
+    that after a crash of the machine `dst` is either absent or whole: its data and entries are
+    fsynced first (unless `synced`: the caller did, e.g. each rank its own shard files), then it
+    is renamed (os.replace: a file replaces a file, a folder an empty folder) and the folder
+    holding `dst` fsynced, so the rename itself is on disk when this returns."""
+    if not synced:
+        if os.path.isdir(src):
+            fsync_tree(src)
+        else:
+            fsync_file(src)
+    os.replace(src, dst)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+
+
+def write_durably(path: str | os.PathLike[str], write: Callable[[Any], object]) -> None:
+    """Write a file in place through `write(binary file)` and fsync it before closing: for
+    what is built under a `.partial` name and moved into place with `durable_replace`."""
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 # ---- "is it current?", one per file ----------------------------------------------------------------

@@ -13,8 +13,9 @@ The model's sharded state dict is built once per save and once per load; the dig
 from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
 the model's sharded state dict, since the optimizer's entries are built from it.
-Saving writes into `<dir>.partial` and renames it when every rank has finished, so a crash
-mid-save never leaves a directory that looks complete. Checkpoints whose common state is a
+Saving writes into `<dir>.partial` and renames it when every rank has finished and fsynced its
+files (artifacts.durable_replace), so neither a kill nor a crash of the machine mid-save leaves a
+directory that looks complete. Checkpoints whose common state is a
 pickled common.pt (megatron-core's legacy layout) are refused rather than unpickled.
 A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the newest in
 `<save>/latest_checkpointed_iteration.txt` (Megatron-LM's marker); `latest_iteration_dir` reads it.
@@ -23,6 +24,7 @@ A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the new
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -34,6 +36,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
+from megatron_scale.artifacts import durable_replace, fsync_tree
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.layout import SavedLayout
 from megatron_scale.checkpoint.records import (
@@ -76,6 +79,30 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _why(e: BaseException, partial: Path) -> str:
+    """The OS error under a failed save (torch's CheckpointException holds each rank's), in one
+    line. megatron-core's writer process loses the errno of a full disk (torch's zip writer reports
+    "unexpected pos"), so a file system left with under 1 MiB or 0.5 % free is called full."""
+    try:
+        st = os.statvfs(partial)
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        if free < max(1 << 20, total // 200):
+            return f"{os.strerror(errno.ENOSPC)} ({free} bytes free on the file system of {partial})"
+    except OSError:
+        pass
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, OSError) and x.errno is not None:
+            return f"{os.strerror(x.errno)}" + (f" ({x.filename})" if x.filename else "")
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+        todo += [f for f in getattr(x, "failures", {}).values() if isinstance(f, BaseException)]
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def _digest(model: nn.Module, sharded: dict) -> str:
     """The frozen base's digest, its sums all-reduced on the device the default group serves."""
     return frozen_base_digest(model, sharded=sharded, device=collective_device() if dist.is_initialized() else None)
@@ -111,14 +138,28 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
     state.update(more)
     if train_state is not None:
         state[TRAIN_STATE] = train_state
-    with hooks.checkpoint_writes(str(partial)):
-        mc.dist_checkpointing.save(
-            state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
-        )
+    try:
+        with hooks.checkpoint_writes(str(partial)):
+            mc.dist_checkpointing.save(
+                state, str(partial), sharded_strategy=mc.get_default_save_sharded_strategy("torch_dist")
+            )
+        # durable before the rename: each rank fsyncs the shard files it wrote (on a shared file
+        # system another node's writes are that node's to flush), rank 0 the rest and the folders
+        mine = f"__{_rank()}_"
+        fsync_tree(partial, lambda name: name.startswith(mine))
+    except BaseException as e:  # a full disk, a quota, an I/O error: every rank sees the save fail
+        if isinstance(e, KeyboardInterrupt | SystemExit | GeneratorExit):  # (torch's CheckpointException
+            raise                                                         # is a BaseException too)
+        why = _why(e, partial)
+        if _rank() == 0:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise CheckpointError(f"saving {target} failed: {why}; {partial} removed, nothing renamed (the "
+                              "previous checkpoint and the marker are as they were)") from e
     _barrier()
     if _rank() == 0:
+        fsync_tree(partial, lambda name: not (name.startswith("__") and name.endswith(".distcp")))
         hooks.point("save-before-rename", checkpoint=target.name)
-        partial.rename(target)
+        durable_replace(partial, target, synced=True)
     _barrier()
     return target
 

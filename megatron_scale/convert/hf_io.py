@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from megatron_scale.artifacts import durable_replace, fsync_tree
 from megatron_scale.convert.hf_config import ConversionError
 
 INDEX = "model.safetensors.index.json"
@@ -152,11 +153,12 @@ def atomic_folder(target: str | os.PathLike, force: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    fsync_tree(tmp)  # durable before it counts: a crash of the machine leaves no renamed, empty folder
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         out.rename(old)
-    tmp.rename(out)
+    durable_replace(tmp, out, synced=True)
     if old is not None:
         shutil.rmtree(old) if old.is_dir() else old.unlink()
 

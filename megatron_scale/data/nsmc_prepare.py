@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from megatron_scale.artifacts import durable_replace, write_durably
 from megatron_scale.data.nsmc_reader import ReadStats, Review, input_files, read_reviews
 from megatron_scale.data.nsmc_split import LABEL_NAMES, SplitConfig, config_record, split
 
@@ -67,15 +68,12 @@ def _write_all(out: Path, files: dict[str, bytes]) -> None:
     tmp = {name: out / f".{name}.partial-{os.getpid()}" for name in files}
     try:
         for name, data in files.items():
-            with open(tmp[name], "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_durably(tmp[name], lambda f, data=data: f.write(data))
         (out / RECORD).unlink(missing_ok=True)
         for name in files:
             if name != RECORD:
-                os.replace(tmp[name], out / name)
-        os.replace(tmp[RECORD], out / RECORD)
+                durable_replace(tmp[name], out / name, synced=True)
+        durable_replace(tmp[RECORD], out / RECORD, synced=True)  # the record last
     finally:
         for path in tmp.values():
             path.unlink(missing_ok=True)

@@ -13,6 +13,8 @@ half-written one.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import multiprocessing as mp
 import os
 import sys
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from megatron_scale.artifacts import durable_replace
 from megatron_scale.data.files import Record, expand_inputs, read_documents
 from megatron_scale.data.work import BAD_INPUT, DUPLICATE, Doc, Settings, Skip, Worker, init_worker, work_chunk
 
@@ -87,16 +90,16 @@ class _Output:
 
     def commit(self) -> None:
         self.builder.finalize(self.idx + ".partial")
-        for path in (self.bin + ".partial", self.idx + ".partial"):
-            with open(path, "rb+") as f:
-                os.fsync(f.fileno())
+        # the .idx goes first and comes back last: a reader (and the recipe's record) never meets
+        # a new .idx beside an old .bin; each move is durable (artifacts.durable_replace)
         if os.path.exists(self.idx):
             os.remove(self.idx)
-        os.replace(self.bin + ".partial", self.bin)
-        os.replace(self.idx + ".partial", self.idx)
+        durable_replace(self.bin + ".partial", self.bin)
+        durable_replace(self.idx + ".partial", self.idx)
 
     def abort(self) -> None:
-        self.builder.data_file.close()
+        with contextlib.suppress(OSError):  # a full disk fails the close's flush too
+            self.builder.data_file.close()
         for path in (self.bin + ".partial", self.idx + ".partial"):
             if os.path.exists(path):
                 os.remove(path)
@@ -154,9 +157,13 @@ def preprocess(
                 bar.set_postfix_str(f"{first.documents / dt:.0f} docs/s, {first.tokens / dt:.0f} tokens/s", refresh=False)
         for o in outs.values():
             o.commit()
-    except BaseException:
+    except BaseException as e:
         for o in outs.values():
             o.abort()
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            names = ", ".join(f"{o.prefix}.bin/.idx" for o in outs.values())
+            raise DataError(f"writing {names}: {os.strerror(e.errno)}; the partial files were removed and an "
+                            "existing dataset of that name is as it was") from e
         raise
     finally:
         if pool is not None:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +40,10 @@ class Command:
     """The arguments after the python (single) or after the module (train)."""
     note: str = ""
     """Said before launching (a run that resumes: from which iteration)."""
+    outputs: tuple[str, ...] = field(default=(), compare=False)
+    """What it makes (files or folders), recorded when it exits 0 (recipe/records.py) and cleared
+    before it runs; empty for a training, whose checkpoints and marker say where it stands. Not
+    compared: it follows from `args`."""
 
 
 @dataclass(kw_only=True, frozen=True)

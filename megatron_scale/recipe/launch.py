@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from megatron_scale.recipe import records
 from megatron_scale.recipe.array import part_of, record_exit, submit
 from megatron_scale.recipe.command import Action, Command, Launch
 from megatron_scale.recipe.lock import Locks, holder_of
@@ -152,9 +153,13 @@ class Launcher:
                 command = self.begin(k)
                 if command is None:
                     continue
+                if command.outputs:  # what a stopped run left (the tools refuse to overwrite it)
+                    records.clear(self.s.workdir, self.todo[k - 1].key, command.outputs)
                 rc = self._launch(command)
                 if rc != 0:
                     raise Stop(rc)
+                if command.outputs:  # written last: the outputs are whole (recipe/records.py)
+                    records.write(self.s.workdir, self.todo[k - 1].key, command.args, command.outputs)
                 if command.kind == "train" and not self.check(k):
                     self.requeue = True  # pre-emption's notice (or a user's TERM) reached the tasks, not the launcher
                     self._stop("the training stopped before its last iteration (a signal to its tasks, or "

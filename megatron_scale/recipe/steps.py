@@ -23,11 +23,12 @@ after it; layout.py where everything lives.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
-from megatron_scale.recipe import evaluate
+from megatron_scale.recipe import evaluate, records
 from megatron_scale.recipe.command import Action, Command, single
 from megatron_scale.recipe.layout import EVAL_SEED, Layout, last_ckpt
 from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
@@ -37,14 +38,29 @@ __all__ = ["Action", "Command", "actions"]
 Resolve = Callable[[], Command | str]
 
 
+def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object) -> Command | str:
+    """`done` when the outputs' completion record (recipe/records.py) says they are whole and made
+    with `command`'s settings; else `command`, to make them, saying why in one line when something
+    was there. A record made with other settings is refused (SettingsError)."""
+    command = replace(command, outputs=tuple(map(str, outputs)))
+    ok, why = records.check(r.s.workdir, key, command.args, command.outputs)
+    if ok:
+        return done
+    return replace(command, note=why) if why else command
+
+
+def _pair(prefix: Path) -> tuple[str, str]:
+    return f"{prefix}.bin", f"{prefix}.idx"
+
+
 def data(r: Layout) -> list[tuple[str, Resolve]]:
     """(lock key, resolve) of each dataset."""
     s = r.s
     if s.from_scratch:
         def demo() -> Command | str:
-            if all(Path(f"{p}.idx").is_file() for p in (r.ko_eval, *r.extra.values())):
-                return f"demo corpora ready in {s.data_dir}"
-            return single("tools/prepare_demo_data.py", "--output-dir", s.data_dir)
+            made = (r.en_train, r.ko_train, r.ko_eval, r.en_eval, *r.extra.values())
+            return recorded(r, "data", single("tools/prepare_demo_data.py", "--output-dir", s.data_dir),
+                            f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)))
         return [("data", demo)]
     sources = ((r.ko_train, s.ko_train_input), (r.ko_eval, s.ko_eval_input), (r.en_eval, s.en_eval_input),
                *((r.extra[name], raw) for name, raw in r.extra_raw.items()))
@@ -59,31 +75,32 @@ def demo_corpora(r: Layout) -> Command | str:
     out = demo_raw(r.s.data_dir)
     names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
              "ko_rnd_valid")
-    if all((out / f"{n}.jsonl").is_file() for n in names):
-        return f"demo corpora (raw JSONL) ready in {out}"
-    return single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger")
+    return recorded(r, "data-demo-raw", single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger"),
+                    f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names))
 
 
 def demo_model(r: Layout) -> Command | str:
     """DEMO_MODEL=1: SmolLM2-135M-Instruct as a Hugging Face folder at HF_MODEL (the tool checks
     it against transformers' GGUF load and writes the folder only when complete)."""
     folder = Path(r.s.hf_model)
-    if (folder / "config.json").is_file():
-        return f"demo model ready: {folder}"
-    return single("tools/prepare_demo_model.py", "--output-dir", folder)
+    return recorded(r, "demo-model", single("tools/prepare_demo_model.py", "--output-dir", folder),
+                    f"demo model ready: {folder}", folder)
 
 
 def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
+    """A dataset made from a raw input is the recipe's (recorded); one given without a raw input
+    is the user's, used as it is."""
     def resolve() -> Command | str:
-        if Path(f"{prefix}.idx").is_file():
-            return f"dataset {prefix} ready"
         if not raw:
+            if Path(f"{prefix}.idx").is_file():
+                return f"dataset {prefix} ready"
             raise SettingsError(f"dataset {prefix} is missing and no raw input is set "
                                 "(KO_TRAIN_INPUT / KO_EVAL_INPUT / EN_EVAL_INPUT)")
         out = str(prefix).removesuffix("_text_document")
-        return single("tools/preprocess_data.py", "--input", raw, "--output-prefix", out,
-                      "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", r.tokenizer,
-                      *r.s.preprocess_flags)
+        return recorded(r, f"data-{Path(prefix).name}", single(
+            "tools/preprocess_data.py", "--input", raw, "--output-prefix", out, "--tokenizer-type",
+            "HuggingFaceTokenizer", "--tokenizer-model", r.tokenizer, *r.s.preprocess_flags),
+            f"dataset {prefix} ready", *_pair(prefix))
     return resolve
 
 
@@ -99,19 +116,18 @@ def pretrain_base(r: Layout) -> Command | str:
 
 def convert_base(r: Layout) -> Command | str:
     s = r.s
-    if r.converted.is_dir():
-        return f"converted: {r.converted}"
-    return single("tools/convert_hf_to_megatron.py", "--load", s.hf_model, "--save", r.converted,
-                  "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--no-progress")
+    return recorded(r, "base", single(
+        "tools/convert_hf_to_megatron.py", "--load", s.hf_model, "--save", r.converted,
+        "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--no-progress"),
+        f"converted: {r.converted}", r.converted)
 
 
 def upscale(r: Layout, method: str) -> Command | str:
     s, init = r.s, r.init(method)
-    if init.is_dir():
-        return f"upscaled: {init}"
-    return single("tools/upscale_checkpoint.py", "--load", r.base(), "--save", init,
-                  "--scale-variant", catalog.method(method).variant, *s.scale_flags,
-                  "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp)
+    return recorded(r, f"upscale-{method}", single(
+        "tools/upscale_checkpoint.py", "--load", r.base(), "--save", init,
+        "--scale-variant", catalog.method(method).variant, *s.scale_flags,
+        "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp), f"upscaled: {init}", init)
 
 
 def train(r: Layout, method: str) -> Command | str:
@@ -129,10 +145,10 @@ def train(r: Layout, method: str) -> Command | str:
 
 def export(r: Layout, method: str) -> Command | str:
     s, out = r.s, r.s.workdir / "hf" / method
-    if out.is_dir():
-        return f"exported: {out}"
-    return single("tools/convert_megatron_to_hf.py", "--load", r.final(method), "--save", out,
-                  "--tokenizer", r.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else []))
+    return recorded(r, f"export-{method}", single(
+        "tools/convert_megatron_to_hf.py", "--load", r.final(method), "--save", out,
+        "--tokenizer", r.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else [])),
+        f"exported: {out}", out)
 
 
 def actions(s: Settings, part: str | None = None) -> list[Action]:

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
+from megatron_scale.data.index_cache import cache_folders, check_index_cache
 from megatron_scale.model.inputs import causal_mask
 
 
@@ -55,6 +57,9 @@ def build_datasets(
     """The training blend split by `split` (its order drawn with `seed`) and each named evaluation
     set, whose windows are drawn with `eval_seed` (default `seed`): runs of different seeds that
     share an eval seed score the same windows."""
+    if not dist.is_initialized() or dist.get_rank() == 0:  # megatron-core builds on rank 0 first
+        for folder in cache_folders([*blend[0], *eval_sets.values()], cache):
+            check_index_cache(folder)
     cfg = _config(seq_length, seed, vocab_size, cache, blend=blend, split=split)
     train, valid, _ = mc.BlendedMegatronDatasetBuilder(
         mc.GPTDataset, [train_samples, eval_samples, 0], lambda: True, cfg

@@ -3,7 +3,9 @@
 slurmd on one host). Nothing is written under /etc: clients use SLURM_CONF, and the node names
 (n1, n2, ...) that `scontrol show hostnames` returns resolve inside the jobs because each slurmd
 runs in its own mount namespace with a hosts file bind-mounted over /etc/hosts (jobs inherit it).
-Every daemon is started here and stopped by the PID this module recorded.
+Every daemon is started here and stopped by the PID this module recorded. A watchdog process
+(slurm_watchdog.py), started first, stops them when the process that started the cluster is gone
+without stopping it (a timeout's SIGKILL of pytest, a crash): the daemons never outlive their test.
 
 Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge; `ensure_slurm()`
 installs them with apt-get when they are missing, or says why it cannot.
@@ -17,10 +19,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.examples.slurm_watchdog import start_time
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 BINARIES = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
@@ -79,6 +84,7 @@ class SlurmCluster:
     """More slurm.conf lines (e.g. PreemptType=...); a `PartitionName=` line replaces the default partition."""
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     munge_dir: Path | None = None
+    watchdog: subprocess.Popen | None = None
 
     @property
     def conf(self) -> Path:
@@ -119,10 +125,27 @@ class SlurmCluster:
         self.conf.write_text("\n".join(lines) + "\n")
         self.conf.chmod(0o644)
 
+    @property
+    def pids_file(self) -> Path:
+        return self.base / "run" / "daemons.pids"
+
     def _spawn(self, name: str, cmd: list[str]) -> None:
         with open(self.base / "log" / f"{name}.out", "wb") as log:
             self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 env=self.env, start_new_session=True)
+        lines = [f"{n} {p.pid} {start_time(p.pid)}" for n, p in self.procs.items() if start_time(p.pid)]
+        tmp = self.pids_file.with_suffix(".tmp")
+        tmp.write_text("".join(f"{ln}\n" for ln in lines))
+        os.replace(tmp, self.pids_file)  # the watchdog reads it whole
+
+    def _start_watchdog(self) -> None:
+        """The watchdog of this process (the test's), before any daemon starts."""
+        me = os.getpid()
+        with open(self.base / "log" / "watchdog.out", "wb") as log:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("slurm_watchdog.py")), str(me), str(start_time(me)),
+                 str(self.pids_file), str(self.munge_dir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def start(self, timeout: float = 60.0) -> None:
         for d in ("etc", "state", "log", "run", *(f"spool/{n}" for n in self.names())):
@@ -137,6 +160,7 @@ class SlurmCluster:
         self._write_config(sock)
         hosts = self.base / "etc" / "hosts"
         hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1 {' '.join(self.names())}\n")
+        self._start_watchdog()
         try:
             self._spawn("munged", ["munged", "-F", f"--key-file={key}", f"--socket={sock}",
                                    f"--pid-file={self.base}/run/munged.pid", f"--seed-file={self.base}/run/munge.seed",
@@ -204,7 +228,11 @@ class SlurmCluster:
         raise TimeoutError(f"job {job} did not finish in {timeout:.0f} s; logs:\n{self.logs()}")
 
     def stop(self) -> None:
-        """Cancel jobs, then stop the daemons this object started (by PID), slurmd first."""
+        """Cancel jobs, then stop the daemons this object started (by PID), slurmd first; the
+        watchdog first of all (the daemons are stopped here)."""
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            self.watchdog.kill()
+            self.watchdog.wait(timeout=10)
         ctld = self.procs.get("slurmctld")
         if ctld is not None and ctld.poll() is None:
             subprocess.run(["scancel", "--user=root"], env=self.env, check=False, capture_output=True, timeout=30)

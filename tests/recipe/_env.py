@@ -39,3 +39,27 @@ def train_args(s: Settings, method: str) -> list[str]:
 def flag(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
+
+
+def make_outputs(command: Command) -> None:
+    """Fake what a tool writes: each of the command's outputs, a file where it is named like one
+    (.bin, .idx, .jsonl), else a folder holding a config.json."""
+    for o in map(Path, command.outputs):
+        o.parent.mkdir(parents=True, exist_ok=True)
+        if o.suffix in (".bin", ".idx", ".jsonl"):
+            o.write_bytes(b"x")
+        else:
+            o.mkdir(exist_ok=True)
+            (o / "config.json").write_text("{}")
+
+
+def made(s: Settings, key: str) -> Command:
+    """Action `key` done as the launcher does it: its outputs written, then its completion record."""
+    from megatron_scale.recipe import records
+
+    (action,) = [a for a in actions(s) if a.key == key]
+    command = action.resolve()
+    assert isinstance(command, Command) and command.outputs, (key, command)
+    make_outputs(command)
+    records.write(s.workdir, key, command.args, command.outputs)
+    return command

@@ -19,7 +19,7 @@ from megatron_scale.recipe.array import part_of
 from megatron_scale.recipe.command import RANK_SHELL, Command, Launch
 from megatron_scale.recipe.launch import Launcher
 from megatron_scale.recipe.settings import Settings
-from tests.recipe._env import flag
+from tests.recipe._env import flag, made
 
 TINY = {"METHODS": "full", "EXPORT": "0", "BASE_ITERS": "20", "TRAIN_ITERS": "20", "PYTHON": "py"}
 
@@ -41,7 +41,7 @@ def test_each_action_is_decided_when_the_launcher_reaches_it(tmp_path: Path, mon
     data = str(tmp_path / "data")
     assert L.begin(1) == Command(kind="single", args=("tools/prepare_demo_data.py", "--output-dir", data))
     assert "step 1: data" in capsys.readouterr().err
-    (tmp_path / "hf" / "full").mkdir(parents=True)
+    made(L.s, "export-full")
     assert L.begin(6) is None and "exported:" in capsys.readouterr().err
     got = L.begin(7)
     assert got is not None and got.args[0] == "tools/generate_samples.py"
@@ -118,8 +118,10 @@ class Tools:
         data = self.work / "data"
         if "tools/prepare_demo_data.py" in argv:
             data.mkdir(parents=True, exist_ok=True)
-            for name in ("ko_valid", "en_valid", "en_modern_valid"):
-                (data / f"{name}_text_document.idx").write_text("")
+            (data / "tokenizer").mkdir(exist_ok=True)
+            for name in ("en_train", "ko_train", "ko_valid", "en_valid", "en_modern_valid"):
+                for ext in ("bin", "idx"):
+                    (data / f"{name}_text_document.{ext}").write_text("")
         elif "megatron_scale.train" in argv:
             save = Path(flag(argv, "--save"))
             save.mkdir(parents=True, exist_ok=True)

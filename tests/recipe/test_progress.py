@@ -13,6 +13,7 @@ from megatron_scale.recipe.command import Launch
 from megatron_scale.recipe.launch import Launcher
 from megatron_scale.recipe.progress import Timed, Timings, duration, estimate, kind_of, where
 from megatron_scale.recipe.settings import Settings, SettingsError
+from tests.recipe._env import made
 
 
 def test_kinds_of_action_keys() -> None:
@@ -88,10 +89,7 @@ def test_the_launcher_says_where_it_is_and_what_it_skips(tmp_path: Path,
     # the data (1 step of a kind not timed) and the report; 300 base iterations at 0.5 s, 100 of full at 2 s
     assert "step 1 of 4 · 2 min 05 s so far · at least 5 min 50 s left (3 steps of a kind not timed yet)" in err
     assert (tmp_path / "timings" / "data.start").is_file()
-    data = tmp_path / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    for name in ("ko_valid", "en_valid", "en_modern_valid"):
-        (data / f"{name}_text_document.idx").write_text("")
+    data = made(job.s, "data").args[-1]
     got = job.begin(2)
     assert got is not None and got.kind == "train" and "step 2 of 4 · " in capsys.readouterr().err
     assert Timings(tmp_path).read()["data"].work == 1 and not (tmp_path / "timings" / "data.start").exists()

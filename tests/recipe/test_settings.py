@@ -9,7 +9,7 @@ import pytest
 
 from megatron_scale.recipe.settings import Settings, SettingsError
 from megatron_scale.recipe.steps import Command, actions
-from tests.recipe._env import REPO, flag, resolved, settings, sourced_env, train_args
+from tests.recipe._env import REPO, flag, made, resolved, settings, sourced_env, train_args
 
 
 def test_defaults_are_the_tiny_demo(tmp_path: Path) -> None:
@@ -124,12 +124,8 @@ def test_smollm2_config_prepares_the_demo_model_and_corpora(tmp_path: Path) -> N
         str(tmp_path / "ckpt" / "base"), *(str(tmp_path / "runs" / m / "iter_0000000") for m in s.methods)]
     assert all(flag(list(c.args), "--tokenizer") == str(model) for c in bench)
     # done: the folder has its config.json, the raw corpora are written (a requeued job skips both)
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    raw.mkdir(parents=True)
-    for n in ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
-              "ko_rnd_valid"):
-        (raw / f"{n}.jsonl").touch()
+    made(s, "demo-model")
+    made(s, "data-demo-raw")
     got = resolved(s)
     assert got[:2] == [f"demo model ready: {model}", f"demo corpora (raw JSONL) ready in {raw}"]
 

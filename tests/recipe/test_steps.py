@@ -10,7 +10,7 @@ import pytest
 
 from megatron_scale.recipe.settings import SettingsError
 from megatron_scale.recipe.steps import Command, actions
-from tests.recipe._env import REPO, flag, resolved, settings, train_args
+from tests.recipe._env import REPO, flag, made, resolved, settings, train_args
 
 
 def test_per_method_flags(tmp_path: Path) -> None:
@@ -65,14 +65,12 @@ def test_half_done_work_dir_skips_and_resumes(tmp_path: Path) -> None:
     """A requeued job: data, base and upscaling done; scale-preserve saved at 50 of 100
     (resumes from its own directory); full finished; full's export written."""
     s = settings(tmp_path, METHODS="scale-preserve full")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "ko_valid_text_document.idx").touch()
-    (tmp_path / "data" / "en_modern_valid_text_document.idx").touch()
+    made(s, "data")
     for run, it in (("base", 300), ("scale-preserve", 50), ("full", 100)):
         (tmp_path / "runs" / run).mkdir(parents=True)
         (tmp_path / "runs" / run / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
-    (tmp_path / "ckpt" / "scale-preserve").mkdir(parents=True)
-    (tmp_path / "hf" / "full").mkdir(parents=True)
+    made(s, "upscale-scale-preserve")
+    made(s, "export-full")
     got = resolved(s)
     assert got[0] == f"demo corpora ready in {tmp_path / 'data'}"
     assert got[1] == f"base trained: {tmp_path / 'runs' / 'base' / 'iter_0000300'}"
