@@ -140,7 +140,7 @@ class Watch:
         assert (pipeline.state, pipeline.code) == ("COMPLETED", "0:0"), "the pipeline job failed (see the test above)"
         self.cluster, self.pipeline = cluster, pipeline
         self.work, self.out = root / "work", root / "job.out"
-        for part in ("data", "runs/base", "ckpt/scale-preserve"):  # skipped by the job: done
+        for part in ("data", "runs/base", "ckpt/scale-preserve", "records"):  # skipped by the job: done (records: recipe/records.py)
             shutil.copytree(pipeline.work / part, self.work / part)
         self.id = ""
 
