@@ -255,3 +255,19 @@ class SlurmCluster:
                 p.wait(timeout=10)
         if self.munge_dir is not None:
             shutil.rmtree(self.munge_dir, ignore_errors=True)
+
+
+TIMING = {"step_time", "tokens_per_s", "start_iteration"}  # what may differ between two equal runs
+
+
+def comparable_metrics(recs: list[dict], work: Path) -> list[dict]:
+    """A run's metrics.jsonl records as two equal runs in different work folders write them (the
+    Slurm tests' comparisons): timings dropped, and the start record's evaluation sets named from
+    the work folder ($WORKDIR) rather than by its path."""
+    out = []
+    for r in recs:
+        r = {k: v for k, v in r.items() if k not in TIMING}
+        if "eval_data" in r:
+            r["eval_data"] = {k: v.replace(str(work), "$WORKDIR") for k, v in r["eval_data"].items()}
+        out.append(r)
+    return out

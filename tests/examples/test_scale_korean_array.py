@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.slurm_cluster import SlurmCluster, SlurmUnavailable, ensure_slurm
+from tests.examples.slurm_cluster import SlurmCluster, SlurmUnavailable, comparable_metrics, ensure_slurm
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "examples" / "scale_korean.sh")
@@ -47,7 +47,6 @@ SETTINGS = {
 }
 # one task per job, so the jobs run side by side on the two nodes (the header asks for 8 GPUs)
 SHAPE = ("--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--gpus-per-node=0", "--time=00:30:00")
-TIMING = {"step_time", "tokens_per_s", "start_iteration"}  # what may differ between two equal runs
 KILLED = TRAINED.index("full")  # the array index of the task stopped and requeued
 
 
@@ -190,18 +189,6 @@ def _records(metrics: Path) -> list[dict]:
     return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
 
 
-def _comparable(recs: list[dict], work: Path) -> list[dict]:
-    """Records as two equal runs in different work folders write them: timings dropped, and the
-    start record's evaluation sets named from the work folder ($WORKDIR) rather than by its path."""
-    out = []
-    for r in recs:
-        r = {k: v for k, v in r.items() if k not in TIMING}
-        if "eval_data" in r:
-            r["eval_data"] = {k: v.replace(str(work), "$WORKDIR") for k, v in r["eval_data"].items()}
-        out.append(r)
-    return out
-
-
 def _launched(r: Run, *words: str) -> list[str]:
     """The jobs that launched a process whose arguments hold every word."""
     return [job for job, *argv in r.launches if all(w in argv for w in words)]
@@ -248,9 +235,9 @@ def test_array_metrics_equal_the_sequential_job_bitwise(run: Run) -> None:
         resumes = [(r["iteration"], Path(r["checkpoint"]).name) for r in got if r["kind"] == "resume"]
         assert resumes == ([(run.stopped_at, f"iter_{run.stopped_at:07d}")] if m == "full" else []), (m, resumes)
         got = [r for r in got if r["kind"] != "resume"]
-        assert _comparable(got, run.work) == _comparable(want, run.reference), m  # floats exactly
-    base = _comparable(_records(run.work / "runs" / "base" / "metrics.jsonl"), run.work)
-    assert base == _comparable(_records(run.reference / "runs" / "base" / "metrics.jsonl"), run.reference)
+        assert comparable_metrics(got, run.work) == comparable_metrics(want, run.reference), m  # floats exactly
+    base = comparable_metrics(_records(run.work / "runs" / "base" / "metrics.jsonl"), run.work)
+    assert base == comparable_metrics(_records(run.reference / "runs" / "base" / "metrics.jsonl"), run.reference)
 
 
 def test_the_killed_task_requeued_and_the_run_resumed(run: Run) -> None:

@@ -33,6 +33,7 @@ import pytest
 from tests.examples.slurm_cluster import (
     SlurmCluster,
     SlurmUnavailable,
+    comparable_metrics,
     ensure_slurm,
     free_ports,
 )
@@ -49,7 +50,6 @@ SETTINGS = {
 }
 # the header asks for 8 GPUs x 8 tasks per node; sbatch's own flags override it
 SHAPE = ("--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gpus-per-node=0")
-TIMING = {"step_time", "tokens_per_s", "start_iteration"}  # what may differ between two equal runs
 
 
 @pytest.fixture(scope="module")
@@ -119,18 +119,6 @@ def test_sbatch_tiny_pipeline_on_two_nodes(pipeline: Job) -> None:
 
 def _records(metrics: Path) -> list[dict]:
     return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-
-
-def _comparable(recs: list[dict], work: Path) -> list[dict]:
-    """Records as two equal runs in different work folders write them: timings dropped, and the
-    start record's evaluation sets named from the work folder ($WORKDIR) rather than by its path."""
-    out = []
-    for r in recs:
-        r = {k: v for k, v in r.items() if k not in TIMING}
-        if "eval_data" in r:
-            r["eval_data"] = {k: v.replace(str(work), "$WORKDIR") for k, v in r["eval_data"].items()}
-        out.append(r)
-    return out
 
 
 class Watch:
@@ -215,7 +203,7 @@ class Watch:
         got = [r for r in got if r["kind"] != "resume"]
         assert [r.get("start_iteration") for r in got if r["kind"] == "train"] == (
             [0] * stopped + [stopped] * (ITERS - stopped))
-        assert _comparable(got, self.work) == _comparable(want, self.pipeline.work)  # floats compare exactly
+        assert comparable_metrics(got, self.work) == comparable_metrics(want, self.pipeline.work)  # floats compare exactly
         return stopped
 
 
