@@ -132,6 +132,39 @@ def durable_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     fsync_dir(os.path.dirname(os.path.abspath(dst)))
 
 
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""The OS errors of a full disk, a full quota and a file-size limit."""
+
+
+def disk_full(error: BaseException, path: str | os.PathLike[str]) -> str | None:
+    """Why a write under `path` failed, in one line, when the disk is full; else None. The file
+    system of `path` (or of its nearest existing parent) left with under 1 MiB or 0.5 % free counts
+    as full, whatever the error says: torch's zip writer and safetensors report a full disk without
+    its errno. Failing that, an OSError of FULL_ERRNOS in the error or its causes (a quota, a
+    file-size limit) is named."""
+    here = Path(path)
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        st = os.statvfs(here)
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        if free < max(1 << 20, total // 200):
+            return f"{os.strerror(errno.ENOSPC)} ({free} bytes free on the file system of {path})"
+    except OSError:
+        pass
+    seen, todo = set(), [error]
+    while todo:
+        x = todo.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, OSError) and x.errno in FULL_ERRNOS:
+            return os.strerror(x.errno) + (f" ({x.filename})" if x.filename else "")
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+        todo += [f for f in getattr(x, "failures", {}).values() if isinstance(f, BaseException)]
+    return None
+
+
 def write_durably(path: str | os.PathLike[str], write: Callable[[Any], object]) -> None:
     """Write a file in place through `write(binary file)` and fsync it before closing: for
     what is built under a `.partial` name and moved into place with `durable_replace`."""

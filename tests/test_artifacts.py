@@ -109,3 +109,22 @@ def test_each_file_says_whether_it_is_current(tmp_path: Path) -> None:
     assert artifacts.GENERATIONS.current(out, {"full": hf})
     assert not artifacts.GENERATIONS.current(out, {"base": tmp_path, "full": hf})  # another model, or order
     assert all(a.writer and a.readers and a.holds for a in artifacts.ARTIFACTS)
+
+
+def test_disk_full_names_a_full_disk_through_causes_and_nothing_else(tmp_path: Path) -> None:
+    import errno
+
+    from megatron_scale.artifacts import disk_full
+
+    target = tmp_path / "out" / "model.safetensors"  # need not exist: its nearest parent's file system is asked
+    try:
+        try:
+            raise OSError(errno.EFBIG, "File too large", "big.bin")
+        except OSError as inner:
+            raise RuntimeError("the writer failed") from inner
+    except RuntimeError as e:
+        assert disk_full(e, target) == "File too large (big.bin)"
+    assert disk_full(OSError(errno.EDQUOT, "quota"), target) == os.strerror(errno.EDQUOT)
+    # on the test machine's roomy disk, an unrelated error is not called full
+    assert disk_full(RuntimeError("bug"), target) is None
+    assert disk_full(OSError(errno.EACCES, "denied"), target) is None

@@ -122,3 +122,41 @@ def test_preprocessing_on_a_full_disk_fails_naming_it_and_keeps_the_previous_dat
     got = preprocess([str(src / "big.jsonl")], out, settings)
     assert Path(f"{prefix}.bin").stat().st_size > 16 * 1024 + len(old["bin"])
     assert got is not None
+
+
+def test_conversion_and_export_on_a_full_disk_fail_naming_it_and_keep_the_previous_output(small_fs: Path) -> None:
+    """The HF -> Megatron conversion (one rank, through save_checkpoint) and the Megatron -> HF
+    export (convert/hf_io.py atomic_folder, replacing an earlier export with force) each on a file
+    system with room for half of what they write."""
+    from megatron_scale.convert import ConversionError, convert_hf_to_megatron, convert_megatron_to_hf
+    from tests.convert import _hf
+
+    hf = small_fs.parent / "hf"
+    _hf.make_hf(hf, tied=False)
+    need = sum(f.stat().st_size for f in hf.glob("*.safetensors"))
+    ckpt = small_fs / "base"
+    _mount(small_fs, str(_used(small_fs) + need // 2), remount=True)
+    with pytest.raises(ConversionError) as e:
+        convert_hf_to_megatron(hf, ckpt, progress=False)
+    msg = str(e.value)
+    assert msg.startswith(f"saving {ckpt} failed: No space left on device ("), msg
+    print(msg)
+    assert "\n" not in msg and sorted(small_fs.iterdir()) == []  # no base, no base.partial
+    _mount(small_fs, "64m", remount=True)
+    convert_hf_to_megatron(hf, ckpt, progress=False)  # space is back: the same command succeeds
+
+    out = small_fs / "hf-export"
+    convert_megatron_to_hf(ckpt, out, progress=False)
+    digest = _tree_digest(out)
+    _mount(small_fs, str(_used(small_fs) + need // 2), remount=True)
+    with pytest.raises(ConversionError) as e:
+        convert_megatron_to_hf(ckpt, out, force=True, progress=False)
+    msg = str(e.value)
+    assert msg.startswith(f"writing {out} failed: No space left on device ("), msg
+    print(msg)
+    assert msg.endswith(f"nothing was renamed ({out} is as it was)") and "\n" not in msg
+    assert sorted(p.name for p in small_fs.iterdir()) == ["base", "hf-export"]  # no .hf-export.*.partial
+    assert _tree_digest(out) == digest
+    _mount(small_fs, "64m", remount=True)
+    convert_megatron_to_hf(ckpt, out, force=True, progress=False)
+    assert _tree_digest(out) == digest

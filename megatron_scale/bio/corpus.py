@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from megatron_scale import _mcore as mc
+from megatron_scale.artifacts import durable_replace
 from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer, TokenizerSpec, train_byte_bpe
 
@@ -21,15 +22,15 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str) -> Toke
 
 def write_dataset(prefix: str, docs: Sequence[Sequence[int]], eod: int) -> str:
     """Documents of token ids, each followed by end-of-document, as `prefix.bin/.idx`
-    (built under .partial names, moved into place when complete)."""
+    (built under .partial names, fsynced and moved into place when complete)."""
     os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
     builder = mc.IndexedDatasetBuilder(f"{prefix}.bin.partial", dtype=np.int32)
     for ids in docs:
         t = torch.tensor([*ids, eod], dtype=torch.int32)
         builder.add_document(t, [len(t)])
     builder.finalize(f"{prefix}.idx.partial")
-    os.replace(f"{prefix}.bin.partial", f"{prefix}.bin")
-    os.replace(f"{prefix}.idx.partial", f"{prefix}.idx")
+    durable_replace(f"{prefix}.bin.partial", f"{prefix}.bin")  # the .idx last: a dataset counts once it is there
+    durable_replace(f"{prefix}.idx.partial", f"{prefix}.idx")
     return prefix
 
 

@@ -24,7 +24,6 @@ A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the new
 from __future__ import annotations
 
 import copy
-import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.artifacts import durable_replace, fsync_tree
+from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.layout import SavedLayout
 from megatron_scale.checkpoint.records import (
@@ -81,15 +80,10 @@ def _barrier() -> None:
 
 def _why(e: BaseException, partial: Path) -> str:
     """The OS error under a failed save (torch's CheckpointException holds each rank's), in one
-    line. megatron-core's writer process loses the errno of a full disk (torch's zip writer reports
-    "unexpected pos"), so a file system left with under 1 MiB or 0.5 % free is called full."""
-    try:
-        st = os.statvfs(partial)
-        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-        if free < max(1 << 20, total // 200):
-            return f"{os.strerror(errno.ENOSPC)} ({free} bytes free on the file system of {partial})"
-    except OSError:
-        pass
+    line: a full disk as artifacts.disk_full names it, else the first OSError with an errno."""
+    full = disk_full(e, partial)
+    if full is not None:
+        return full
     seen, todo = set(), [e]
     while todo:
         x = todo.pop(0)

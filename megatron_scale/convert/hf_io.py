@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from megatron_scale.artifacts import durable_replace, fsync_tree
+from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree
 from megatron_scale.convert.hf_config import ConversionError
 
 INDEX = "model.safetensors.index.json"
@@ -150,8 +150,12 @@ def atomic_folder(target: str | os.PathLike, force: bool) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        full = None if isinstance(e, (ConversionError, KeyboardInterrupt)) else disk_full(e, tmp)  # before the
+        shutil.rmtree(tmp, ignore_errors=True)                                          # removal frees space
+        if full is not None:
+            raise ConversionError(f"writing {out} failed: {full}; the partial folder {tmp.name} was removed and "
+                                  f"nothing was renamed" + (f" ({out} is as it was)" if out.exists() else "")) from e
         raise
     fsync_tree(tmp)  # durable before it counts: a crash of the machine leaves no renamed, empty folder
     old = None
