@@ -60,23 +60,63 @@ def _rank_entry(rank: int, world: int, port: int, tp: int, pp: int, fn: Callable
 
 
 def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
-    """End this rank when `parent`, the process that spawned it, is gone (killed: Ctrl-C, a job's
-    SIGTERM or SIGKILL to the tool), instead of computing on as an orphan. The parent's pid comes
-    from the parent: one killed while this rank was still importing is gone already."""
+    """End this rank when the process that started it is gone (killed: Ctrl-C, a job's SIGTERM or
+    SIGKILL to the tool), instead of computing on as an orphan. multiprocessing gives each rank a
+    sentinel of its caller (a pipe the caller holds open), spawned or forked by the fork server
+    (whose parent is the server, which a rank keeps alive), so the rank waits on that; the sentinel
+    is closed already if the caller was killed while this rank started. Without one (a rank not
+    started by multiprocessing), the parent pid `parent` is polled."""
+    caller = mp.parent_process()
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll)
+        if caller is not None:
+            caller.join()
+        else:
+            while os.getppid() == parent:
+                time.sleep(poll)
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
+PRELOAD = ["megatron_scale._mcore", "megatron_scale.distributed", "megatron_scale.model.build",
+           "megatron_scale.checkpoint.io"]
+"""What the fork server imports once (torch and megatron-core with them): ~5 s of a rank's start."""
+
+
+def _context() -> Any:
+    """How ranks start. Without CUDA: forked from a fork server that has imported PRELOAD once, so
+    a rank starts at once instead of importing torch and megatron-core again (~5 s a rank on 2
+    cores, paid by every tool call and test that starts ranks); each rank gets the caller's
+    environment as it is now (_in_env), not the server's. With CUDA: spawned, so no rank inherits
+    a process that may have touched the driver (a forked CUDA context is unusable)."""
+    if torch.cuda.is_available():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def _in_env(env: dict[str, str], forked: bool, target: Callable, *args: Any) -> None:
+    """A rank's start: the caller's environment (a forked rank has the fork server's, taken when
+    it started), torch's thread count as OMP_NUM_THREADS says (read when the server imported
+    torch), then target(*args)."""
+    if forked:
+        os.environ.clear()
+        os.environ.update(env)
+        threads = env.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))
+    target(*args)
+
+
 def _spawn_once(ctx: Any, target: Callable, world: int, args: tuple, timeout: float, port: int
                 ) -> tuple[dict[int, Any], tuple[int, Any] | None]:
     out, received = ctx.Queue(), ctx.Event()
+    forked, env = ctx.get_start_method() == "forkserver", dict(os.environ)
     # not daemonic: dist_checkpointing starts a multiprocessing Manager inside each rank
-    procs = [ctx.Process(target=target, args=(r, world, port, *args, out, received)) for r in range(world)]
+    procs = [ctx.Process(target=_in_env, args=(env, forked, target, r, world, port, *args, out, received))
+             for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
@@ -109,7 +149,7 @@ def spawn_ranks(target: Callable[..., None], world: int, args: tuple, timeout: f
     and (rank, failure) ((-1, None): the time ran out). A failure that says EADDRINUSE (another
     process took the port before rank 0 listened: two launches at once) launches again on another
     port, PORT_TRIES in all."""
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     for attempt in range(PORT_TRIES):
         results, failure = _spawn_once(ctx, target, world, args, timeout, free_port())
         if failure is None or "EADDRINUSE" not in str(failure[1]) or attempt == PORT_TRIES - 1:

@@ -5,8 +5,9 @@
 Each rank gets MASTER_ADDR=127.0.0.1, a free port, RANK/WORLD_SIZE/LOCAL_RANK, and the process
 group is left to `fn` (megatron_scale.distributed.init_distributed, as the product does it).
 A rank that raises fails the call with that rank's traceback; a hung group is killed at the
-timeout. Spawning costs ~5-8 s per call on 2 cores (imports), so a test module spawns once and
-checks many things per spawn.
+timeout. On CPU the ranks are forked from megatron_scale.launch's fork server, which imported
+torch and megatron-core once for the whole pytest worker; a spawned rank (CUDA) costs ~5-8 s of
+imports on 2 cores, so a test module still starts ranks once and checks many things per start.
 """
 
 from __future__ import annotations

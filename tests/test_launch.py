@@ -48,12 +48,14 @@ def test_ranks_end_when_the_tool_is_killed(tmp_path: Path) -> None:
             time.sleep(0.2)
         rank = int(marker.read_text())
         assert rank != tool.pid and _alive(rank)
+        starter = int(Path(f"/proc/{rank}/stat").read_text().split(") ", 1)[1].split()[1])  # the fork server
         tool.send_signal(signal.SIGKILL)
         tool.wait(timeout=30)
         deadline = time.monotonic() + 20
-        while _alive(rank) and time.monotonic() < deadline:
+        while (_alive(rank) or _alive(starter)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _alive(rank), "the spawned rank outlived the killed tool by 20 s"
+        assert not _alive(starter), f"the process that started the rank ({starter}) outlived the killed tool by 20 s"
     finally:
         if tool.poll() is None:
             tool.kill()
@@ -86,3 +88,35 @@ def test_a_port_taken_before_the_ranks_listen_is_chosen_again(monkeypatch: pytes
         monkeypatch.setattr(launch, "free_port", first_taken)
         assert len(launch.on_ranks(rank_of, 1, 1)) == 1
         assert len(chosen) == 2 and chosen[0] == taken.getsockname()[1] != chosen[1]
+
+
+def env_of(name: str, *, device: object) -> tuple[str | None, int, str]:
+    import torch
+
+    return os.environ.get(name), torch.get_num_threads(), os.getcwd()
+
+
+def test_ranks_get_the_callers_environment_as_it_is_when_they_start(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """Ranks forked by the fork server (started once, with the environment of that moment) see the
+    caller's environment, thread count and folder of each call, as spawned ranks did."""
+    from megatron_scale.launch import on_ranks
+
+    monkeypatch.setenv("MEGATRON_SCALE_TEST_VAR", "first")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert on_ranks(env_of, 1, 1, "MEGATRON_SCALE_TEST_VAR")[0][:2] == ("first", 1)
+    monkeypatch.setenv("MEGATRON_SCALE_TEST_VAR", "second")  # the server, if started above, has "first"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.chdir(tmp_path)
+    assert on_ranks(env_of, 1, 1, "MEGATRON_SCALE_TEST_VAR") == [("second", 2, str(tmp_path))]
+
+
+def test_ranks_are_spawned_where_cuda_is_and_forked_from_the_server_where_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from megatron_scale import launch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert launch._context().get_start_method() == "spawn"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert launch._context().get_start_method() == "forkserver"
