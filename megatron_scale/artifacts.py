@@ -152,13 +152,20 @@ def disk_full(error: BaseException, path: str | os.PathLike[str]) -> str | None:
             return f"{os.strerror(errno.ENOSPC)} ({free} bytes free on the file system of {path})"
     except OSError:
         pass
+    return os_error(error, FULL_ERRNOS)
+
+
+def os_error(error: BaseException, errnos: Sequence[int] | None = None) -> str | None:
+    """The first OSError with an errno (of `errnos`, if given) in `error`, its causes and contexts,
+    and the per-rank failures torch's CheckpointException holds, as one line: its strerror and
+    file name. None if there is none."""
     seen, todo = set(), [error]
     while todo:
         x = todo.pop(0)
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, OSError) and x.errno in FULL_ERRNOS:
+        if isinstance(x, OSError) and x.errno is not None and (errnos is None or x.errno in errnos):
             return os.strerror(x.errno) + (f" ({x.filename})" if x.filename else "")
         todo += [c for c in (x.__cause__, x.__context__) if c is not None]
         todo += [f for f in getattr(x, "failures", {}).values() if isinstance(f, BaseException)]

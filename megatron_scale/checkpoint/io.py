@@ -35,7 +35,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree
+from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree, os_error
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.layout import SavedLayout
 from megatron_scale.checkpoint.records import (
@@ -81,19 +81,9 @@ def _barrier() -> None:
 def _why(e: BaseException, partial: Path) -> str:
     """The OS error under a failed save (torch's CheckpointException holds each rank's), in one
     line: a full disk as artifacts.disk_full names it, else the first OSError with an errno."""
-    full = disk_full(e, partial)
-    if full is not None:
-        return full
-    seen, todo = set(), [e]
-    while todo:
-        x = todo.pop(0)
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, OSError) and x.errno is not None:
-            return f"{os.strerror(x.errno)}" + (f" ({x.filename})" if x.filename else "")
-        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
-        todo += [f for f in getattr(x, "failures", {}).values() if isinstance(f, BaseException)]
+    why = disk_full(e, partial) or os_error(e)
+    if why is not None:
+        return why
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
