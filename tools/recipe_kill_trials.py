@@ -21,6 +21,12 @@ that step's command had started) is recorded. (Every run uses the same $WORKDIR 
 report/report.md, report/results.json and report/generations.md must equal the reference's once
 paths are written as $WORKDIR and the lines that time things (TIMING) are dropped.
 
+`--save-faults POINT:K@RANK ...` adds one trial per spec that kills the training step (TP=2 x PP=2)
+inside a save: the killed run is armed with MEGATRON_SCALE_FAULT (megatron_scale/testing/faults.py),
+so the rank that reaches the point the K-th time SIGKILLs torchrun's agent, every rank and itself
+(e.g. `save-data:1@3`: between two tensors of rank 3's shard file of the first save); the recipe
+stops on the failed step, and the rerun must finish identical as above.
+
 Every trial is a line of the table (--table, Markdown): trial, step, moment (s after the step's
 header), where the kill landed, outcome (identical | DIFFERS: first differing line | RERUN FAILED
 rc: last line of its log), seconds. Needs Linux; runs at whatever nice it was started with.
@@ -59,10 +65,10 @@ def _env(work: Path, port: int) -> dict[str, str]:
             "SCALE_REPO": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
-def _start(work: Path, log: Path, port: int) -> subprocess.Popen:
+def _start(work: Path, log: Path, port: int, extra: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(["bash", "examples/scale_korean.sh", "examples/configs/tiny-cpu.env"], cwd=REPO,
-                            env=_env(work, port), stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            env={**_env(work, port), **(extra or {})}, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _lines(log: Path) -> list[str]:
@@ -181,9 +187,14 @@ def trial(root: Path, ref: dict, step: int, moment: float, port: int, i: int) ->
         after = tail[max(i for i, ln in enumerate(tail) if HEADER.match(ln)) + 1:] if heads else tail
         doing = "skipped" if any(ln.startswith("skipped, done before") for ln in after) else "running"
         landed = f"step {last} ({doing})"
+    return {"trial": i, "step": step, "title": ref["steps"][step]["title"], "moment": round(moment, 2),
+            "landed": landed, "outcome": _rerun(ref, work, here, port), "seconds": round(time.monotonic() - t0, 1)}
+
+
+def _rerun(ref: dict, work: Path, here: Path, port: int) -> str:
+    """Run the recipe again in `work` to its end, as a requeued job; its report against the reference's."""
     rerun_log = here / "rerun.txt"
-    r = _start(work, rerun_log, port)
-    rc = r.wait()
+    rc = _start(work, rerun_log, port).wait()
     if rc != 0:
         outcome = f"RERUN FAILED {rc}: {(_lines(rerun_log) or ['(no output)'])[-1][:100]}"
     else:
@@ -193,8 +204,43 @@ def trial(root: Path, ref: dict, step: int, moment: float, port: int, i: int) ->
         shutil.rmtree(work, ignore_errors=True)  # keep the logs; a failure keeps its work folder
     else:
         shutil.move(work, here / "work")
-    return {"trial": i, "step": step, "title": ref["steps"][step]["title"], "moment": round(moment, 2),
-            "landed": landed, "outcome": outcome, "seconds": round(time.monotonic() - t0, 1)}
+    return outcome
+
+
+def training_step(ref: dict) -> int:
+    """The step that trains the method (TP=2 x PP=2, a save every 2 iterations)."""
+    (step,) = [k for k, v in ref["steps"].items() if str(v["title"]).startswith("continue on Korean")]
+    return step
+
+
+def fault_trial(root: Path, ref: dict, spec: str, port: int, i: int) -> dict[str, object]:
+    """A kill at a named point of the training's save (megatron_scale/testing/faults.py,
+    MEGATRON_SCALE_FAULT=<point>:<k>@<rank>): the rank that reaches it SIGKILLs torchrun's agent,
+    every rank and itself, mid-save at TP=2 x PP=2, and the recipe stops on the failed step. Then
+    the recipe runs again to its end, as in `trial`."""
+    t0 = time.monotonic()
+    step = training_step(ref)
+    here = root / f"trial-{i:03d}"
+    shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True)
+    work = root / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(root / "ref" / f"before-{step}", work, symlinks=True)
+    fired = here / "fault.jsonl"
+    p = _start(work, here / "killed.txt", port, {"MEGATRON_SCALE_FAULT": spec, "MEGATRON_SCALE_FAULT_LOG": str(fired)})
+    try:
+        rc = p.wait(timeout=1800)
+    except subprocess.TimeoutExpired:
+        kill_tree(p)
+        rc = p.returncode
+    if fired.is_file() and fired.read_text().strip():
+        f = json.loads(fired.read_text().splitlines()[0])
+        what = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("point", "k", "rank", "victims"))
+        landed = f"{f['point']} #{f['k']} on rank {f['rank']}" + (f" ({what})" if what else "") + f"; recipe exit {rc}"
+    else:
+        landed = f"the fault did not fire (recipe exit {rc})"
+    return {"trial": i, "step": step, "title": ref["steps"][step]["title"], "moment": f"at {spec}",
+            "landed": landed, "outcome": _rerun(ref, work, here, port), "seconds": round(time.monotonic() - t0, 1)}
 
 
 def row(t: dict[str, object]) -> str:
@@ -210,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table", type=Path, help="the Markdown table, rewritten after every trial")
     p.add_argument("--port", type=int, default=29731, help="MASTER_PORT of every run")
     p.add_argument("--reuse-reference", action="store_true", help="use the reference already in --workdir")
+    p.add_argument("--save-faults", nargs="*", default=[], metavar="POINT:K@RANK",
+                   help="after the random trials, one trial per spec killing the training's save at that "
+                        "fault point (e.g. save-data:1@3)")
     a = p.parse_args(argv)
     root = a.workdir.resolve()
     if a.reuse_reference and (root / "ref" / "reference.json").is_file():
@@ -235,7 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1], flush=True)
         if a.table:
             a.table.write_text("\n".join([*head, *rows]) + "\n")
-    print(f"{a.trials} trials, {a.trials - failed} identical, {failed} not", flush=True)
+    for j, spec in enumerate(a.save_faults):
+        t = fault_trial(root, ref, spec, a.port, a.trials + j)
+        failed += t["outcome"] != "identical"
+        rows.append(row(t))
+        print(rows[-1], flush=True)
+        if a.table:
+            a.table.write_text("\n".join([*head, *rows]) + "\n")
+    total = a.trials + len(a.save_faults)
+    print(f"{total} trials, {total - failed} identical, {failed} not", flush=True)
     return 1 if failed else 0
 
 
