@@ -7,6 +7,7 @@ Standard library only.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from megatron_scale import artifacts
@@ -31,6 +32,18 @@ def route_sweep(r: Layout) -> Command | str:
             "units": units, "pool": "first", "calibrate_with": s.route_statistic, "save": str(r.calibrated())}
     if artifacts.SWEEP.current(out, want) and r.calibrated().is_dir():
         return f"swept: {out}"
+    # The calibrated checkpoint is an output too: one left without a current sweep.json (a run
+    # stopped between the two, or a sweep with other settings) is cleared before the sweep runs
+    # again, which would refuse to overwrite it (found by tools/recipe_kill_trials.py).
+    command = replace(_sweep_command(r, load, out, n, units), outputs=(str(r.calibrated()),))
+    if r.calibrated().exists():
+        return replace(command, note=f"{r.calibrated()}: left without a current {out} (a run stopped while "
+                                     "sweeping, or other settings); sweeping again")
+    return command
+
+
+def _sweep_command(r: Layout, load: Path, out: Path, n: int, units: list[str]) -> Command:
+    s = r.s
     return single("tools/route_sweep.py", "--load", load, "--old-data", f"en={r.en_eval}",
                   "--new-data", f"ko={r.ko_eval}", "--out", out.parent, "--seq-length", s.seq_length,
                   "--samples", n, "--batch-size", s.micro_batch, "--tensor-model-parallel-size", s.tp,

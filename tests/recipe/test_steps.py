@@ -187,6 +187,12 @@ def test_route_sweep_follows_scale_route_and_feeds_the_report(tmp_path: Path) ->
             settings(tmp_path, **{var: value})
     assert isinstance(resolved(settings(tmp_path, METHODS="scale-route full", ROUTE_SWEEP_SAMPLES="16",
                                           ROUTE_KEEP_OLD="0.9"))[4], Command)
+    # a calibrated checkpoint without a current sweep.json (a run killed between the two) is the
+    # sweep's output: the launcher clears it before the sweep runs again, which refuses to overwrite it
+    (run / "sweep" / "sweep.json").unlink()
+    again = resolved(s)[4]
+    assert isinstance(again, Command) and again.outputs == (str(run / "sweep" / "calibrated"),)
+    assert again.note.startswith(f"{run / 'sweep' / 'calibrated'}: left without a current ")
     (run / "latest_checkpointed_iteration.txt").write_text("150\n")  # trained further: sweep again
     assert isinstance(resolved(s)[4], Command)
 
