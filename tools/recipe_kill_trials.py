@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table", type=Path, help="the Markdown table, rewritten after every trial")
     p.add_argument("--port", type=int, default=29731, help="MASTER_PORT of every run")
     p.add_argument("--reuse-reference", action="store_true", help="use the reference already in --workdir")
+    p.add_argument("--steps", nargs="*", type=int, default=None, metavar="K",
+                   help="kill only in these steps (default: every step, in turn)")
     p.add_argument("--save-faults", nargs="*", default=[], metavar="POINT:K@RANK",
                    help="after the random trials, one trial per spec killing the training's save at that "
                         "fault point (e.g. save-data:1@3)")
@@ -271,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v['seconds']} s" for k, v in ref["steps"].items()), flush=True)
     rng = random.Random(a.seed)
     steps = sorted(ref["steps"])
+    if a.steps:
+        unknown = sorted(set(a.steps) - set(steps))
+        if unknown:
+            p.error(f"--steps {' '.join(map(str, unknown))}: the recipe has steps {steps[0]} to {steps[-1]}")
+        steps = sorted(set(a.steps))
     first = rng.randrange(len(steps))
     head = ["| trial | step killed | moment (s after its header) | where the kill landed | outcome | seconds |",
             "|---|---|---|---|---|---|"]
