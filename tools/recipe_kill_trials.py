@@ -165,14 +165,20 @@ def _first_difference(a: dict[str, list[str]], b: dict[str, list[str]]) -> str:
     return ""
 
 
-def trial(root: Path, ref: dict, step: int, moment: float, port: int, i: int) -> dict[str, object]:
-    t0 = time.monotonic()
+def _set_up(root: Path, step: int, i: int) -> tuple[Path, Path]:
+    """Trial i's folder (its logs), emptied, and the work folder as the reference found it before `step`."""
     here = root / f"trial-{i:03d}"
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
     work = root / "work"  # the reference's path: the paths its files name are this trial's too
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(root / "ref" / f"before-{step}", work, symlinks=True)
+    return here, work
+
+
+def trial(root: Path, ref: dict, step: int, moment: float, port: int, i: int) -> dict[str, object]:
+    t0 = time.monotonic()
+    here, work = _set_up(root, step, i)
     killed_log = here / "killed.txt"
     p = _start(work, killed_log, port)
     while step not in _headers(killed_log) and p.poll() is None:
@@ -220,12 +226,7 @@ def fault_trial(root: Path, ref: dict, spec: str, port: int, i: int) -> dict[str
     the recipe runs again to its end, as in `trial`."""
     t0 = time.monotonic()
     step = training_step(ref)
-    here = root / f"trial-{i:03d}"
-    shutil.rmtree(here, ignore_errors=True)
-    here.mkdir(parents=True)
-    work = root / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(root / "ref" / f"before-{step}", work, symlinks=True)
+    here, work = _set_up(root, step, i)
     fired = here / "fault.jsonl"
     p = _start(work, here / "killed.txt", port, {"MEGATRON_SCALE_FAULT": spec, "MEGATRON_SCALE_FAULT_LOG": str(fired)})
     try:
@@ -281,25 +282,24 @@ def main(argv: list[str] | None = None) -> int:
     first = rng.randrange(len(steps))
     head = ["| trial | step killed | moment (s after its header) | where the kill landed | outcome | seconds |",
             "|---|---|---|---|---|---|"]
-    rows, failed = [], 0
+    rows: list[str] = []
+    failed = 0
+
+    def record(t: dict[str, object]) -> None:
+        nonlocal failed
+        failed += t["outcome"] != "identical"
+        rows.append(row(t))
+        print(rows[-1], flush=True)
+        if a.table:
+            a.table.write_text("\n".join([*head, *rows]) + "\n")
+
     for i in range(a.trials):
         step = steps[(first + i) % len(steps)]
         moment = rng.uniform(0.0, float(ref["steps"][step]["seconds"]))
-        t = trial(root, ref, step, moment, a.port, i)
-        failed += t["outcome"] != "identical"
-        rows.append(row(t))
-        print(rows[-1], flush=True)
-        if a.table:
-            a.table.write_text("\n".join([*head, *rows]) + "\n")
+        record(trial(root, ref, step, moment, a.port, i))
     for j, spec in enumerate(a.save_faults):
-        t = fault_trial(root, ref, spec, a.port, a.trials + j)
-        failed += t["outcome"] != "identical"
-        rows.append(row(t))
-        print(rows[-1], flush=True)
-        if a.table:
-            a.table.write_text("\n".join([*head, *rows]) + "\n")
-    total = a.trials + len(a.save_faults)
-    print(f"{total} trials, {total - failed} identical, {failed} not", flush=True)
+        record(fault_trial(root, ref, spec, a.port, a.trials + j))
+    print(f"{len(rows)} trials, {len(rows) - failed} identical, {failed} not", flush=True)
     return 1 if failed else 0
 
 
