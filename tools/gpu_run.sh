@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # One lent GPU's minutes as one budgeted sequence of phases (docs/gpu.md, "The next GPU session"):
 #
-#   OUT=DIR bash tools/gpu_run.sh te|science [--rehearse] [--budget SECONDS] [--fail-phase NAME]
+#   OUT=DIR bash tools/gpu_run.sh te|local|science [--rehearse] [--budget SECONDS] [--fail-phase NAME]
 #
 # te       install the one-call kit (python3 tools/gpukit install gpu_kit/main), a 20-second smoke
 #          test (TE bf16 and FP8 te.Linear steps: on failure exit 3 with the fallbacks' commands),
 #          the TE/FP8 tests beside the gpu tests, bench rows at the Llama-3.2-1B shape (seq 4096;
 #          16 layers on a card of 120 GiB or more, 8 below: an H100), TE bf16 and FP8, then a
-#          CUDA-kernel profile of full fine-tuning against Preserve (local bf16) with Chrome traces.
+#          CUDA-kernel profile of full fine-tuning against Preserve (local bf16, unfused attention:
+#          the setting of the 0.85x measured on the H200) with Chrome traces.
+# local    the same kit (installed unless TE imports already), then the local path's bench rows at the
+#          same shape with SDPA attention and with the unfused one, and SDPA's profile: the columns
+#          the te run leaves out, on the same card (a second call on the warm machine).
 # science  issue 47's run: the science kit installed (gpu_kit/science: SmolLM2-135M-Instruct's
 #          wheel, megatron-core, gguf, the prepared NSMC Korean, the held-out and benchmark files),
 #          the recipe prepared and full fine-tuning trained for calibration (tokens/s measured
@@ -33,7 +37,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 RUN=${1:-}
-case "$RUN" in te|science) shift ;; *) echo "gpu_run.sh: first argument: te or science (see the header)" >&2; exit 2 ;; esac
+case "$RUN" in te|local|science) shift ;; *) echo "gpu_run.sh: first argument: te, local or science (see the header)" >&2; exit 2 ;; esac
 REHEARSE=0 BUDGET=540 FAIL=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -111,9 +115,9 @@ finish() {  # [RC]: the run ends here (exit RC, or 1 where a phase failed)
 json
 note "gpu_run.sh $RUN: $(date -u +%FT%TZ), budget $BUDGET s, device $DEV, GPU: $GPU, python: $PY"
 
-# ---- te ----------------------------------------------------------------------------------------
-run_te() {
-  local installed=0 L=16 shape bench
+# ---- the kit, shared by te and local ----------------------------------------------------------
+install_kit() {  # megatron-core and TE from the one-call kit unless TE imports already; exit 3 if neither
+  local installed=0
   if "$PY" -c 'import torch, transformer_engine.pytorch' > /dev/null 2>&1; then
     skip install "transformer_engine.pytorch already imports"; installed=1
   elif [ -d "$KIT/main" ]; then
@@ -134,6 +138,25 @@ run_te() {
     note "  python3 tools/gpukit install $KIT/main --full $KIT/full"
     EXTRA=", \"fallback\": \"install failed\""; finish 3
   fi
+}
+
+bench_setup() {  # sets L, shape and bench: the Llama-3.2-1B shape on the GPU, tiny and local when rehearsed
+  L=16
+  if [ "$REHEARSE" = 1 ]; then  # tiny and local: TE needs the GPU
+    shape="--hidden 64 --heads 8 --groups 4 --ffn 128 --vocab 256 --seq 32 --warmup 1 --repeats 2"; L=2
+    bench=("$PY" tools/bench_scale.py --device cpu --scopes model --batch 1 --methods preserve --isolate)
+  else
+    shape="--bf16 --hidden 2048 --heads 32 --groups 8 --ffn 8192 --vocab 128256 --seq 4096 --repeats 5"
+    [[ "$GPU" =~ ,\ ([0-9]+)\ MiB ]] && ((BASH_REMATCH[1] < 120000)) && L=8  # an H100's 80 GB: 8 layers
+    bench=("$PY" tools/bench_scale.py --device cuda --scopes model --batch 1 --methods preserve)
+  fi
+  read -r -a shape <<< "$shape"
+}
+
+# ---- te ----------------------------------------------------------------------------------------
+run_te() {
+  local L shape bench
+  install_kit
   if [ "$REHEARSE" = 1 ]; then
     phase smoke 60 "$PY" -m megatron_scale.selfcheck
   else
@@ -152,15 +175,7 @@ run_te() {
     phase tests 240 both te_tests "${pt[@]}" -p no:xdist tests/model/test_te_gpu.py tests/model/layers/test_te.py \
       -- gpu_tests "${pt[@]}" -n 2 -m gpu tests/test_gpu.py tests/model/layers/test_fused.py -k "not conversion"
   fi
-  if [ "$REHEARSE" = 1 ]; then  # tiny and local: TE needs the GPU
-    shape="--hidden 64 --heads 8 --groups 4 --ffn 128 --vocab 256 --seq 32 --warmup 1 --repeats 2"; L=2
-    bench=("$PY" tools/bench_scale.py --device cpu --scopes model --batch 1 --methods preserve --isolate)
-  else
-    shape="--bf16 --hidden 2048 --heads 32 --groups 8 --ffn 8192 --vocab 128256 --seq 4096 --repeats 5"
-    [[ "$GPU" =~ ,\ ([0-9]+)\ MiB ]] && ((BASH_REMATCH[1] < 120000)) && L=8  # an H100's 80 GB: 8 layers
-    bench=("$PY" tools/bench_scale.py --device cuda --scopes model --batch 1 --methods preserve)
-  fi
-  read -r -a shape <<< "$shape"
+  bench_setup
   if [ "$REHEARSE" = 1 ]; then
     phase bench_te_bf16 150 "${bench[@]}" "${shape[@]}" --layers "$L" --out "$O/bench_te_bf16.json"
     skip bench_te_fp8 "FP8 needs Transformer Engine on a GPU"
@@ -171,9 +186,26 @@ run_te() {
       --fp8-format hybrid --fp8-recipe delayed --peak-tflops 1979 --out "$O/bench_te_fp8.json"
   fi
   rm -rf "$W/trace"
-  phase profile 120 "${bench[@]}" "${shape[@]}" --layers "$L" --profile --trace-dir "$W/trace" --repeats 2 \
-    --out "$O/profile_local.json"
+  # the local path's unfused attention: the setting of the measured 0.85x (results/2026-11-27-h200)
+  phase profile 120 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend local --profile \
+    --trace-dir "$W/trace" --repeats 2 --out "$O/profile_local.json"
   [ -d "$W/trace" ] && tar czf "$O/traces.tgz" -C "$W" trace
+  finish 0
+}
+
+# ---- local -------------------------------------------------------------------------------------
+run_local() {  # the local path's two attention columns on the same card, then SDPA's profile
+  local L shape bench
+  install_kit
+  bench_setup
+  phase bench_local_sdpa 150 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend sdpa --peak-tflops 989 \
+    --out "$O/bench_local_sdpa.json"
+  phase bench_local 150 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend local --peak-tflops 989 \
+    --out "$O/bench_local.json"
+  rm -rf "$W/trace_sdpa"
+  phase profile_sdpa 120 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend sdpa --profile \
+    --trace-dir "$W/trace_sdpa" --repeats 2 --out "$O/profile_sdpa.json"
+  [ -d "$W/trace_sdpa" ] && tar czf "$O/traces_sdpa.tgz" -C "$W" trace_sdpa
   finish 0
 }
 
