@@ -67,3 +67,26 @@ def test_the_cpu_path_end_to_end(tmp_path: Path) -> None:
     assert out["activity"] == "cpu" and out["classes"]["gemm"] > 0 and out["classes"]["optimizer"] > 0
     assert out["classes"]["copy"] > 0 and out["gemm_by_shape"][0]["shapes"] == "[[32, 32], [32, 32]]"
     assert Path(out["trace"]).stat().st_size > 100 and not (tmp_path / "t.json").exists()
+
+
+def test_gpu_user_annotations_are_not_counted_twice() -> None:
+    """On CUDA, a record_function range (the optimizer's `Optimizer.step#AdamW.step`) is a row of its
+    own on the GPU timeline, spanning its kernels: the H200 profile of 2026-11-28 counted it beside
+    them, doubling the optimizer class. Only kernels count; on CPU, operators' self time."""
+    from types import SimpleNamespace as E
+
+    from torch.autograd import DeviceType
+
+    events = [
+        E(key="Optimizer.step#AdamW.step", device_type=DeviceType.CUDA, is_user_annotation=True,
+          self_device_time_total=20.0, self_cpu_time_total=0.0),
+        E(key="multi_tensor_apply_kernel<Adam>", device_type=DeviceType.CUDA, is_user_annotation=False,
+          self_device_time_total=19.0, self_cpu_time_total=0.0),
+        E(key="nvjet_sm90_tst_256x128", device_type=DeviceType.CUDA, is_user_annotation=False,
+          self_device_time_total=30.0, self_cpu_time_total=0.0),
+        E(key="aten::mm", device_type=DeviceType.CPU, is_user_annotation=False,
+          self_device_time_total=0.0, self_cpu_time_total=5.0),
+    ]
+    assert bp.time_rows(events, True, DeviceType) == [("multi_tensor_apply_kernel<Adam>", "optimizer", 19.0),
+                                                      ("nvjet_sm90_tst_256x128", "gemm", 30.0)]
+    assert bp.time_rows(events, False, DeviceType) == [("aten::mm", "gemm", 5.0)]

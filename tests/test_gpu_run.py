@@ -58,11 +58,25 @@ def test_te_rehearsed_end_to_end_a_failed_phase_recorded_and_the_rest_run(tmp_pa
     assert status["finished"] and status["device"] == "cpu" and status["exit"] == 1
     profile = json.loads((out / "profile_local.json").read_text())
     assert profile["status"] == "done" and profile["device"]["device"] == "cpu"
+    assert profile["args"]["attention_backend"] == "local"  # the setting of the H200's measured 0.85x
     assert {r["method"] for r in profile["results"]} == {"full_ft", "dense_up", "preserve"}
     assert all(r["profile"]["activity"] == "cpu" and r["profile"]["classes"]["gemm"] > 0 for r in profile["results"])
     assert (out / "traces.tgz").stat().st_size > 1000
     log = (out / "te.log").read_text()
     assert "forced failure (--fail-phase)" in log and "test_te_gpu.py::test_bf16_preservation_on_te" in log
+
+
+def test_local_rehearsed_its_two_attention_columns_and_sdpas_profile(tmp_path: Path) -> None:
+    """The second call of a TE session: the local path's bench rows with SDPA and with the unfused
+    attention, then SDPA's profile, each saying which attention it ran."""
+    r, out, status = _run(tmp_path, "local", "--rehearse", "--budget", "3000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _phases(status) == {"install": "skipped", "bench_local_sdpa": "ok", "bench_local": "ok",
+                               "profile_sdpa": "ok"}, status
+    for name, attention in (("bench_local_sdpa", "sdpa"), ("bench_local", "local"), ("profile_sdpa", "sdpa")):
+        d = json.loads((out / f"{name}.json").read_text())
+        assert d["status"] == "done" and d["args"]["attention_backend"] == attention, name
+    assert (out / "traces_sdpa.tgz").stat().st_size > 1000
 
 
 def test_a_failed_smoke_test_stops_the_run_with_the_fallbacks(tmp_path: Path) -> None:
@@ -85,7 +99,7 @@ def test_science_stops_with_its_json_when_calibration_fails(tmp_path: Path) -> N
 
 def test_bad_arguments_are_named() -> None:
     r = subprocess.run(["bash", str(SCRIPT), "bench"], capture_output=True, text=True, check=False)
-    assert r.returncode == 2 and "first argument: te or science" in r.stderr
+    assert r.returncode == 2 and "first argument: te, local or science" in r.stderr
     r = subprocess.run(["bash", str(SCRIPT), "te", "--bogus"], capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "unknown argument --bogus" in r.stderr
 

@@ -88,6 +88,20 @@ def summarize(rows: list[tuple[str, str, float]], gemm_shapes: list[tuple[str, s
     }
 
 
+def time_rows(events: Any, cuda: bool, device_type: Any) -> list[tuple[str, str, float]]:
+    """(name, class, microseconds) per profiler row: on CUDA each kernel's device time, leaving out
+    user annotations (record_function ranges such as `Optimizer.step#AdamW.step` show on the GPU
+    timeline too, spanning the kernels they enclose: counting them counted those kernels twice, as
+    the first H200 profile did); on CPU each operator's self CPU time."""
+    rows = []
+    for e in events:
+        if cuda and e.device_type == device_type.CUDA and not getattr(e, "is_user_annotation", False):
+            rows.append((e.key, kernel_class(e.key), float(e.self_device_time_total)))
+        elif not cuda and e.device_type == device_type.CPU and e.self_cpu_time_total > 0:
+            rows.append((e.key, op_class(e.key), float(e.self_cpu_time_total)))
+    return rows
+
+
 def profile_steps(step: Callable[[], Any], *, steps: int, cuda: bool, trace: str | None = None) -> dict[str, Any]:
     """Run `step` `steps` times under torch.profiler (CPU activity, and CUDA where `cuda`); the
     report of `summarize`, and the Chrome trace gzip'd at `trace` (+ .gz) where given."""
@@ -98,12 +112,7 @@ def profile_steps(step: Callable[[], Any], *, steps: int, cuda: bool, trace: str
     with profile(activities=activities, record_shapes=True) as prof:
         for _ in range(steps):
             step()
-    rows: list[tuple[str, str, float]] = []
-    for e in prof.key_averages():
-        if cuda and e.device_type == DeviceType.CUDA:
-            rows.append((e.key, kernel_class(e.key), float(e.self_device_time_total)))
-        elif not cuda and e.device_type == DeviceType.CPU and e.self_cpu_time_total > 0:
-            rows.append((e.key, op_class(e.key), float(e.self_cpu_time_total)))
+    rows = time_rows(prof.key_averages(), cuda, DeviceType)
     shapes = []
     for e in prof.key_averages(group_by_input_shape=True):
         if e.key in GEMM_OPS:
