@@ -14,6 +14,10 @@ evaluated ones). From them, per checkpoint, every row below is computed with no 
                                              z_p), then applied to the evaluated windows
     scale-route[oracle tau: STAT, UNIT]      every tau (direction as calibrated), read off the evaluated
                                              windows: an in-sample envelope, not a deployable router
+    scale-route[script oracle: ..., char]    a Hangul character to z_a, every other to z_p, knowing the
+                                             predicted character: the upper bound of a script router
+    scale-route[script: the previous ...]    the same by the character before it: causal, no calibration
+                                             (both with a tokenizer: route_eval/script.py)
     control[random mixing]                   each token takes z_a with probability f (expected loss)
     control[global alpha]                    z_p + alpha (z_a - z_p) for every token
 
@@ -42,6 +46,8 @@ KEEP_OLD = 0.95
 PAPER = f"{ROUTE}[paper: cosine>=0.5, token]"
 PAPER_SWEPT = f"{ROUTE}[paper's direction: cosine>=tau, token, every tau]"
 RANDOM, ALPHA = "control[random mixing]", "control[global alpha]"
+SCRIPT_ORACLE = f"{ROUTE}[script oracle: the predicted character's script, char]"  # an upper bound
+SCRIPT_PREVIOUS = f"{ROUTE}[script: the previous character's, char]"  # causal, no calibration
 RECORDS = "route_records"  # a run's folder of records files, iter_NNNNNNN.safetensors
 
 
@@ -125,6 +131,15 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
                 "calibration_old_kept": cal.old_kept, "calibration_new_to_z_a": cal.new_adapted,
                 "auc_in_direction": roc(pooled[cal_old][key], pooled[axis.new][key], cal.direction)["auc"],
                 "deployable": at, "sweep": swept})
+    if pieces is not None:  # the script routers (route_eval/script.py): per character, no statistic
+        from megatron_scale.route_eval import script
+
+        scripted = {s: script.with_script_statistics(dict(evaluated[s]), pieces, seq) for s in axis.sets}
+        detail["script"] = []
+        for name, key in ((SCRIPT_ORACLE, script.ORACLE), (SCRIPT_PREVIOUS, script.PREVIOUS)):
+            at = sweep(scripted, key.removeprefix("stat/"), [script.TAU], "ppl", script.DIRECTION)[0]
+            points[name] = _scored(at, base, axis)
+            detail["script"].append({"router": name, **at})
     curves[RANDOM] = [_scored(p, base, axis) for p in random_sweep(evaluated, metric="ppl")]
     curves[ALPHA] = [_scored(p, base, axis) for p in alpha_sweep(evaluated, metric="ppl")]
     detail["paper"] = paper
