@@ -163,7 +163,9 @@ def records_losses(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any) -> tuple[list[Run], list[dict]]:
     """The frontier's Route rows of one SCALE-Preserve run (its records files), and per checkpoint
-    its detail (iteration first)."""
+    its detail (iteration first). Checkpoints whose records hold no calibration windows (recorded
+    for the Preserve curve alone: `tools/route_records.py` without --calibration) give no Route
+    point; a run none of whose records hold them is one error."""
     from megatron_scale.route_eval import stored
 
     files = records_files(run_dir)
@@ -172,13 +174,20 @@ def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any)
     along: dict[str, list[Point]] = {}
     runs: list[Run] = []
     details = []
+    routable = 0
     for it, f in files:
         records, meta = stored.load(f)
+        if not any(name.startswith("cal/") for name in records):
+            continue
+        routable += 1
         rows = checkpoint_rows(records, meta, axis, **kw)
         for name, p in rows["points"].items():
             along.setdefault(name, [(0.0, 1.0)]).append(p)  # iteration 0: z_a = z_p exactly
         runs += [Run(name, lr, seed, tuple(c)) for name, c in rows["curves"].items()]
         details.append({"iteration": it, "file": str(f), **rows["detail"]})
+    if not routable:
+        raise ValueError(f"{run_dir}: no route records with calibration windows (cal/<set>): "
+                         "tools/route_records.py --calibration, or leave this LR out of --route-lrs")
     runs += [Run(name, lr, seed, tuple(c)) for name, c in along.items()]
     return runs, details
 

@@ -88,6 +88,17 @@ def test_route_runs_follow_the_checkpoints(tmp_path: Path) -> None:
     assert sum(r.method == RANDOM for r in runs) == 2  # one control curve per checkpoint
     with pytest.raises(ValueError, match="no set"):
         checkpoint_rows(_records(), META, Axis.of(("en", "en_modern"), "ko"), units=("token",))
+    # a checkpoint recorded for the Preserve curve alone (no calibration windows) gives no Route point
+    losses_only = {k: v for k, v in _records().items() if not k.startswith("cal/")}
+    stored.save(run / "route_records" / "iter_0000004.safetensors", losses_only, META)
+    runs, detail = route_runs(run, 1e-3, 7, Axis.of("en", "ko"), units=("token",))
+    assert [d["iteration"] for d in detail] == [2, 8]
+    (paper,) = [r for r in runs if r.method == PAPER]
+    assert _flat(paper.curve) == pytest.approx([0.0, 1.0, 0.25, 1.0, 0.5, 1.0])
+    for f in (run / "route_records").glob("iter_000000[28].safetensors"):
+        f.unlink()
+    with pytest.raises(ValueError, match="no route records with calibration windows"):
+        route_runs(run, 1e-3, 7, Axis.of("en", "ko"), units=("token",))
 
 
 def test_windows_are_the_ones_training_evaluates_and_the_next_ones_are_held_out(tmp_path: Path) -> None:
