@@ -41,22 +41,17 @@ def unit_hangul(pieces: Sequence[bytes], labels: torch.Tensor) -> tuple[torch.Te
     whether the character before it in its row is). A token with no byte form (a special token)
     counts as no script."""
     units = unit_ids(pieces, labels, "char")
-    flat = labels.reshape(-1).tolist()
     n = int(units[-1]) + 1 if units.numel() else 0
     chunks: list[bytearray] = [bytearray() for _ in range(n)]
-    for u, t in zip(units.tolist(), flat):
-        if 0 <= t < len(pieces) and pieces[t] is not None:
+    for u, t in zip(units.tolist(), labels.reshape(-1).tolist()):
+        if 0 <= t < len(pieces):
             chunks[u] += pieces[t]
-    hangul = torch.tensor([is_hangul(bytes(c).decode("utf-8", errors="replace")) for c in chunks], dtype=torch.bool)
-    # the unit before each unit, within its row: a row's first unit has none (-1)
-    seq = labels.shape[-1]
-    first_of_row = torch.zeros(units.numel(), dtype=torch.bool)
-    first_of_row[::seq] = True
-    row_start_unit = torch.zeros(n, dtype=torch.bool)
-    row_start_unit[units[first_of_row]] = True
-    before = torch.zeros(n, dtype=torch.bool)
+    hangul = torch.tensor([is_hangul(c.decode("utf-8", errors="replace")) for c in chunks], dtype=torch.bool,
+                          device=units.device)
+    # the character before each one, within its row: a row's first character has none
+    before = torch.zeros_like(hangul)
     before[1:] = hangul[:-1]
-    before[row_start_unit] = False
+    before[units.view(-1, labels.shape[-1])[:, 0]] = False
     return hangul[units], before[units]
 
 
