@@ -58,8 +58,7 @@ def cells(col: dict[str, Any], method: str) -> dict[str, float | None] | None:
         return None
     a = argparse.Namespace(**col["args"])
     tps = r["tokens"] / r["step_s"]
-    peak = col["args"].get("peak_tflops")
-    mfu = bench_scale._predicted(a, "model", method) * tps / (peak * 1e12) if peak else None
+    mfu = bench_scale.mfu(a, "model", method, r) if a.peak_tflops else None
     full = col["rows"]["full_ft"]
     return {"step_s": r["step_s"], "tokens_s": tps, "mfu": mfu, "peak_gib": r["peak_bytes"] / 2**30,
             "vs_full": tps / (full["tokens"] / full["step_s"])}

@@ -250,6 +250,11 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
     return flops.model_flops(method, shape, a.seq, a.layers, a.vocab, adapt_layers=a.layers - a.layers // 2)
 
 
+def mfu(a: argparse.Namespace, scope: str, method: str, r: dict[str, Any]) -> float:
+    """Model FLOPs utilisation of one timed row: the FLOP model's FLOPs per second over --peak-tflops."""
+    return _predicted(a, scope, method) * r["tokens"] / r["step_s"] / (a.peak_tflops * 1e12)
+
+
 def _route_bench(a: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
@@ -290,10 +295,10 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     `vs X` = this method's per-step cost over X's; `meas./pred.` = measured wall ratio over the
     FLOP ratio against the dense expanded model (the issue's 1.15x criterion)."""
     by = {(r["scope"], r["method"]): r for r in results}
-    mfu = a.device == "cuda" and a.peak_tflops
+    with_mfu = a.device == "cuda" and a.peak_tflops
     head = ("| scope | method | step s | CPU s | tokens/s | peak MiB | grad MiB | Adam MiB "
             "| vs full FT: FLOPs / wall | vs dense expanded: FLOPs / wall / CPU | meas./pred. |")
-    lines = [head + (" MFU |" if mfu else ""), "|---" * (11 + bool(mfu)) + "|"]
+    lines = [head + (" MFU |" if with_mfu else ""), "|---" * (11 + bool(with_mfu)) + "|"]
     mib = 2.0**20
     for scope in a.scopes:
         ft, up = by[(scope, "full_ft")], by[(scope, "dense_up")]
@@ -307,8 +312,8 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
                 f"| {r['peak_bytes'] / mib:.0f} | {r['grad_bytes'] / mib:.1f} | {r['optimizer_bytes'] / mib:.1f} "
                 f"| {pf:.3f} / {wf:.3f} | {pu:.3f} / {wu:.3f} / {cu:.3f} | {wu / pu:.3f} |"
             )
-            if mfu:
-                r["mfu"] = p * r["tokens"] / r["step_s"] / (a.peak_tflops * 1e12)
+            if with_mfu:
+                r["mfu"] = mfu(a, scope, m, r)
                 lines[-1] += f" {r['mfu']:.3f} |"
     return "\n".join(lines)
 
