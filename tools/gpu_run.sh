@@ -153,6 +153,13 @@ bench_setup() {  # sets L, shape and bench: the Llama-3.2-1B shape on the GPU, t
   read -r -a shape <<< "$shape"
 }
 
+profile_phase() {  # NAME ATTENTION JSON TRACE TGZ: bench_setup's rows profiled into OUT/JSON.json, traces in OUT/TGZ.tgz
+  rm -rf "${W:?}/$4"
+  phase "$1" 120 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend "$2" --profile \
+    --trace-dir "$W/$4" --repeats 2 --out "$O/$3.json"
+  [ -d "$W/$4" ] && tar czf "$O/$5.tgz" -C "$W" "$4"
+}
+
 # ---- te ----------------------------------------------------------------------------------------
 run_te() {
   local L shape bench
@@ -185,11 +192,8 @@ run_te() {
     phase bench_te_fp8 150 "${bench[@]}" "${shape[@]}" --layers "$L" --transformer-impl transformer_engine \
       --fp8-format hybrid --fp8-recipe delayed --peak-tflops 1979 --out "$O/bench_te_fp8.json"
   fi
-  rm -rf "$W/trace"
   # the local path's unfused attention: the setting of the measured 0.85x (results/2026-11-27-h200)
-  phase profile 120 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend local --profile \
-    --trace-dir "$W/trace" --repeats 2 --out "$O/profile_local.json"
-  [ -d "$W/trace" ] && tar czf "$O/traces.tgz" -C "$W" trace
+  profile_phase profile local profile_local trace traces
   finish 0
 }
 
@@ -202,10 +206,7 @@ run_local() {  # the local path's two attention columns on the same card, then S
     --out "$O/bench_local_sdpa.json"
   phase bench_local 150 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend local --peak-tflops 989 \
     --out "$O/bench_local.json"
-  rm -rf "$W/trace_sdpa"
-  phase profile_sdpa 120 "${bench[@]}" "${shape[@]}" --layers "$L" --attention-backend sdpa --profile \
-    --trace-dir "$W/trace_sdpa" --repeats 2 --out "$O/profile_sdpa.json"
-  [ -d "$W/trace_sdpa" ] && tar czf "$O/traces_sdpa.tgz" -C "$W" trace_sdpa
+  profile_phase profile_sdpa sdpa profile_sdpa trace_sdpa traces_sdpa
   finish 0
 }
 
