@@ -23,6 +23,9 @@ ROUTER_DIRECTIONS = ("above", "below")
 # character or of one whitespace-delimited word, which take their unit's first token's decision
 # (model/layers/route_units.py; issue 35: a byte-level tokenizer splits a Hangul syllable into byte tokens).
 ROUTER_UNITS = ("token", "char", "word")
+# which rows of W_out_up train (issue 45): every row (the paper's), or only the vocabulary rows of one
+# new script, derived from the tokenizer's bytes (model/layers/output_rows.py)
+OUTPUT_ROWS = ("all", "hangul")
 
 
 class ScaleConfigError(ValueError):

@@ -22,13 +22,13 @@ from typing import Any, Literal, get_args
 
 from megatron_scale.flags import flag
 from megatron_scale.scale_checks import (
-    ADAPT_MODULES, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError, base_sizes, check_architecture,
+    ADAPT_MODULES, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError, base_sizes, check_architecture,
     check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, size_notes,
 )
 
 __all__ = [
-    "ADAPT_MODULES", "INITS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
-    "ScaleConfig", "ScaleConfigError", "ScaleDims", "check_router", "int_list", "size_notes", "word_list",
+    "ADAPT_MODULES", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
+    "TRAINING_SETTINGS", "ScaleConfig", "ScaleConfigError", "ScaleDims", "check_router", "int_list", "size_notes", "word_list",
 ]
 
 Variant = Literal["preserve", "adapt", "route"]
@@ -38,6 +38,9 @@ INITS: tuple[str, ...] = get_args(Init)
 # Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
 # a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
 ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
+# Training settings: recorded with the geometry, not part of it. A run may change them on a SCALE
+# checkpoint (a flag given overrides the recorded value; one not given takes it).
+TRAINING_SETTINGS = ("output_rows",)
 
 _log = logging.getLogger(__name__)
 
@@ -93,6 +96,11 @@ class ScaleConfig:
     """route: what one decision covers: token (the paper's) | char (all tokens of one UTF-8
     character) | word (of one whitespace-delimited word); a unit takes its first token's decision.
     char/word need the byte-level tokenizer at evaluation and export."""
+    output_rows: str = field(default="all", metadata=flag("--scale-output-rows", choices=OUTPUT_ROWS))
+    """Which rows of the output layer's W_out_up train: all (the paper's) | hangul (only the
+    vocabulary rows whose bytes can spell Hangul, derived from --tokenizer-model's bytes; the other
+    rows keep their values, zero from the upscaling, so those tokens' logits stay z_p's: issue 45's
+    script-scoped output rows, model/layers/output_rows.py)."""
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -111,7 +119,7 @@ class ScaleConfig:
             adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
             route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
             router_statistic=dims.router_statistic, router_direction=dims.router_direction,
-            router_unit=dims.router_unit, seed=dims.seed,
+            router_unit=dims.router_unit, output_rows=dims.output_rows, seed=dims.seed,
         )
 
 
@@ -138,6 +146,7 @@ class ScaleDims:
     router_statistic: str = "cosine"
     router_direction: str = "above"
     router_unit: str = "token"
+    output_rows: str = "all"
     seed: int = 1234
 
     @property
@@ -152,10 +161,11 @@ class ScaleDims:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
         """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
-        before router_statistic / router_direction / router_unit existed lacks them: cosine / above /
-        token. Any other
+        before router_statistic / router_direction / router_unit / output_rows existed lacks them:
+        cosine / above / token / all. Any other
         missing or unknown key is one ScaleConfigError naming `where` (the checkpoint and its record)."""
-        given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", **record}
+        given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", "output_rows": "all",
+                 **record}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
         if unknown or missing:
@@ -210,6 +220,8 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         raise fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
     check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic",
                  cfg.router_direction, "--scale-router-direction", cfg.router_unit, "--scale-router-unit")
+    if cfg.output_rows not in OUTPUT_ROWS:
+        raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -267,6 +279,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         router_statistic=cfg.router_statistic,
         router_direction=cfg.router_direction,
         router_unit=cfg.router_unit,
+        output_rows=cfg.output_rows,
         seed=cfg.seed,
     )
     for note in size_notes(cfg, dims, tp):

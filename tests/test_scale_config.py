@@ -165,6 +165,7 @@ def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp
     {"variant": "route", "route_adapt": True, "router_tau": 0.7, "router_statistic": "max-prob", "seed": 7},
     {"variant": "route", "router_statistic": "cosine", "router_direction": "below"},
     {"variant": "route", "router_direction": "below", "router_unit": "word"},
+    {"output_rows": "hangul"},
 ])
 def test_record_round_trip(settings: dict) -> None:
     """ScaleDims.to_record / from_record give back the same geometry; a record written before
@@ -175,10 +176,12 @@ def test_record_round_trip(settings: dict) -> None:
     dims = ScaleConfig(**settings).resolve(_base(), 2)
     record = dims.to_record()
     assert ScaleDims.from_record(record, where="ckpt") == dims
-    old = {k: v for k, v in record.items() if k not in ("router_statistic", "router_direction", "router_unit")}
+    old = {k: v for k, v in record.items()
+           if k not in ("router_statistic", "router_direction", "router_unit", "output_rows")}
     assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
     assert ScaleDims.from_record(old, where="ckpt").router_direction == "above"
     assert ScaleDims.from_record(old, where="ckpt").router_unit == "token"
+    assert ScaleDims.from_record(old, where="ckpt").output_rows == "all"
     with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
         ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
     with pytest.raises(ScaleConfigError, match=r"^ckpt: .*unknown key\(s\) \['extra'\]"):
@@ -214,3 +217,12 @@ def test_router_unit_defaults_to_token_and_a_bad_one_names_its_flag() -> None:
     assert dims.router_unit == "char" and ScaleConfig.from_dims(dims).router_unit == "char"
     with pytest.raises(ScaleConfigError, match=r"^--scale-router-unit: unknown router unit 'byte'"):
         ScaleConfig(variant="route", router_unit="byte").resolve(_base(), 1)
+
+
+def test_output_rows_default_to_all_and_a_bad_one_names_its_flag() -> None:
+    """Every row of W_out_up trains (the paper's) unless --scale-output-rows names a script."""
+    assert ScaleConfig().resolve(_base(), 1).output_rows == "all"
+    dims = ScaleConfig(output_rows="hangul").resolve(_base(), 1)
+    assert dims.output_rows == "hangul" and ScaleConfig.from_dims(dims).output_rows == "hangul"
+    with pytest.raises(ScaleConfigError, match=r"^ScaleConfig.output_rows \(--scale-output-rows\): unknown rows 'latin'"):
+        ScaleConfig(output_rows="latin").resolve(_base(), 1)

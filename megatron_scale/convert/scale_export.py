@@ -89,7 +89,7 @@ def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]],
         scale_hidden_up=dims.hidden_up, scale_heads_up=dims.heads_up, scale_groups_up=dims.groups_up,
         scale_ffn_up=dims.ffn_up, scale_variant=dims.variant, scale_router_tau=dims.router_tau,
         scale_router_statistic=dims.router_statistic, scale_router_direction=dims.router_direction,
-        scale_router_unit=dims.router_unit,
+        scale_router_unit=dims.router_unit, scale_output_rows=dims.output_rows,
         scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
     )
     if unit_codes is not None:

@@ -4,6 +4,7 @@ as --load's SCALE checkpoint records it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
-from megatron_scale.scale_config import ROUTER_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims
+from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims
 from megatron_scale.upscale import load_upscaled
 
 ScaleSettings = optional_twin(ScaleConfig, "ScaleSettings", __name__)
@@ -89,7 +90,8 @@ class Scale(TrainingMethod):
     def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
         """The geometry's record `mine` against the checkpoint's: another kind of model (plain GPT
         or SCALE) or another geometry, naming the first field that differs. The router's settings
-        are recorded as the checkpoint's default, not geometry: a model with others loads it
+        are recorded as the checkpoint's default, and the training settings (which output rows
+        train) as what it was trained with: neither is geometry, so a model with others loads it
         (checkpoints written before router_statistic, router_direction or router_unit existed lack
         them: cosine, above, token)."""
         if (mine is None) != (theirs is None):
@@ -101,7 +103,7 @@ class Scale(TrainingMethod):
             recorded = ScaleDims.from_record(theirs, where=f"{where}: scale.{entry}").to_record()
         except ScaleConfigError as e:
             raise CheckpointError(str(e)) from e
-        differ = first_difference(mine, recorded, skip=ROUTER_SETTINGS)
+        differ = first_difference(mine, recorded, skip=ROUTER_SETTINGS + TRAINING_SETTINGS)
         if differ is not None:
             field_, was, value = differ
             raise CheckpointError(f"{where}: SCALE geometry differs at '{field_}': checkpoint {was!r}, model {value!r}")
@@ -109,7 +111,8 @@ class Scale(TrainingMethod):
     @classmethod
     def plan(cls, given_: Given) -> Scale:
         """The geometry the --scale-* flags resolve to on the base; from a SCALE checkpoint its
-        recorded geometry itself, each --scale-* flag given compared with it (refused by name)."""
+        recorded geometry itself, each --scale-* flag given compared with it (refused by name), but
+        --scale-output-rows, a training setting a run may change."""
         variant = given_.name.removeprefix("scale-")
         settings, tp = given(given_.flags.scale), given_.tp
         base = given_.arch.transformer_config(tp)
@@ -120,6 +123,7 @@ class Scale(TrainingMethod):
             raise ValueError(f"{given_.where}: the checkpoint's SCALE model has variant={dims.variant!r} but --method "
                              f"gives {given_.name!r}")
         recorded = ScaleConfig.from_dims(dims)
+        training = {k: settings.pop(k) for k in TRAINING_SETTINGS if k in settings}  # a flag given overrides
         for name, mine in settings.items():
             theirs = getattr(recorded, name)
             same = sorted(mine) == sorted(theirs) if name in UNORDERED else mine == theirs
@@ -131,7 +135,7 @@ class Scale(TrainingMethod):
             dims.check_base(base, tp)
         except ValueError as e:
             raise ValueError(f"{given_.where}: {e}") from e
-        return cls(dims=dims)
+        return cls(dims=dataclasses.replace(dims, **training))
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)

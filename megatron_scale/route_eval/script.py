@@ -23,10 +23,9 @@ from collections.abc import Sequence
 
 import torch
 
+from megatron_scale.model.layers.output_rows import HANGUL
 from megatron_scale.route_eval.units import unit_ids
 
-# Hangul Jamo, Hangul Compatibility Jamo, Jamo Extended-A, Hangul Syllables, Jamo Extended-B
-HANGUL = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7A3), (0xD7B0, 0xD7FF))
 ORACLE, PREVIOUS = "stat/script_oracle", "stat/script_previous"
 TAU, DIRECTION = 0.5, "below"  # keep on z_p where the statistic is 0 (not Hangul)
 

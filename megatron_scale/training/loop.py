@@ -25,12 +25,13 @@ from megatron_scale import hooks
 from megatron_scale.checkpoint.layout import SavedLayout, same_grid
 from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.data.indexed import DatasetError
-from megatron_scale.data.tokenizer import unit_codes
+from megatron_scale.data.tokenizer import token_bytes, unit_codes
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
 from megatron_scale.methods.load import load_model
 from megatron_scale.model.build import Kernels, Parallel, build_model
 from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
+from megatron_scale.model.layers.output_rows import scope_output_rows, script_rows
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.training.data import build_datasets, microbatches
@@ -131,6 +132,7 @@ def setup(config: TrainConfig) -> Run:
         model = build_model(p.architecture, p.method, parallel, kernels)
         model = model.to(device)  # a no-op where megatron-core built it there already
     _give_unit_codes(model, cfg)
+    _scope_output_rows(model, cfg)
     ddp = mc.DistributedDataParallel(
         model.config,
         mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=par.use_distributed_optimizer),
@@ -191,6 +193,27 @@ def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
         raise FlagError(str(e)) from e
     if codes is not None:
         set_unit_codes(model, codes)
+
+
+def _scope_output_rows(model: Any, cfg: TrainConfig) -> None:
+    """--scale-output-rows SCRIPT (or the checkpoint's): only the script's vocabulary rows of W_out_up
+    train, derived from --tokenizer-model's bytes (model/layers/output_rows.py; plan() has checked
+    that the tokenizer is given)."""
+    dims = getattr(model, "scale_dims", None)
+    heads = output_layers(model)
+    if dims is None or dims.output_rows == "all" or not heads:
+        return
+    vocab = heads[0].vocab_local * heads[0].tp_size
+    try:
+        rows = script_rows(token_bytes(cfg.model.tokenizer_model), vocab, dims.output_rows)
+    except ValueError as e:
+        raise FlagError(f"--scale-output-rows {dims.output_rows}: {e}") from e
+    if not rows.any():
+        raise FlagError(f"--scale-output-rows {dims.output_rows}: --tokenizer-model {cfg.model.tokenizer_model} "
+                        f"has no token of that script")
+    n = scope_output_rows(heads, rows)
+    if dist.get_rank() == 0:
+        print(f" output rows: {n} of {vocab} rows of W_out_up train ({dims.output_rows})", flush=True)
 
 
 def train_step(run: Run) -> dict[str, Any]:

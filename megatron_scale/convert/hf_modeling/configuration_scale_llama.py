@@ -22,6 +22,9 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
                          take route_unit=...); char and word need scale_router_unit_codes
     scale_router_unit_codes  base64 of one byte per token id: what the unit rules need of its bytes
                          (written by the export when given the byte-level tokenizer)
+    scale_output_rows    all | hangul: which rows of W_out_up trained (a record of how the model was
+                         trained that forward() does not read: the weights hold the rows as trained,
+                         those outside the script as they were, zero from the upscaling)
     scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
     scale_tied_output    the preservation head W_out is the input embedding E
 
@@ -57,6 +60,7 @@ class ScaleLlamaConfig(LlamaConfig):
         scale_router_unit: str = "token",
         scale_router_unit_codes: str | None = None,
         scale_output_head: str = "auto",
+        scale_output_rows: str = "all",
         scale_tied_output: bool = False,
         **kwargs,
     ) -> None:
@@ -72,6 +76,7 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_router_unit = scale_router_unit
         self.scale_router_unit_codes = scale_router_unit_codes
         self.scale_output_head = scale_output_head
+        self.scale_output_rows = scale_output_rows
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied
         if kwargs.get("hidden_act") == GUARD:

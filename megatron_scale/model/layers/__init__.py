@@ -7,5 +7,6 @@
     heads.py                the two-table embedding and two-headed output layer, and the
                             functions that choose a built model's head and router settings
     routing.py, route_units.py   the SCALE-Route router and its token/char/word units
+    output_rows.py          script-scoped output rows: which rows of W_out_up train
     lora.py                 LoRA linears (the LoRA baseline)
 """
