@@ -26,6 +26,8 @@ ROUTER_UNITS = ("token", "char", "word")
 # which rows of W_out_up train (issue 45): every row (the paper's), or only the vocabulary rows of one
 # new script, derived from the tokenizer's bytes (model/layers/output_rows.py)
 OUTPUT_ROWS = ("all", "hangul")
+# the statistic of z_p alone that gates W_out_up's term (issue 45, model/layers/gate.py): none (the paper's)
+GATE_STATISTICS = ("none", "max-prob", "certainty")
 
 
 class ScaleConfigError(ValueError):
@@ -164,3 +166,16 @@ def check_tp(tp: int, ups: dict[str, int], base: dict[str, int]) -> None:
             raise ScaleConfigError(
                 f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
             )
+
+
+def check_gate(statistic: object, tau: object, temperature: object, direction: object) -> None:
+    """A gate setting is usable, or one error naming its flag (--scale-gate-*)."""
+    if statistic not in GATE_STATISTICS:
+        raise ScaleConfigError(f"--scale-gate-statistic: unknown {statistic!r}; choose one of {', '.join(GATE_STATISTICS)}")
+    if not isinstance(tau, int | float) or isinstance(tau, bool) or not math.isfinite(tau):
+        raise ScaleConfigError(f"--scale-gate-tau: must be a finite number, got {tau!r}")
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or not temperature > 0 \
+            or not math.isfinite(temperature):
+        raise ScaleConfigError(f"--scale-gate-temperature: must be a finite number > 0, got {temperature!r}")
+    if direction not in ROUTER_DIRECTIONS:
+        raise ScaleConfigError(f"--scale-gate-direction: unknown {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}")

@@ -22,12 +22,13 @@ from typing import Any, Literal, get_args
 
 from megatron_scale.flags import flag
 from megatron_scale.scale_checks import (
-    ADAPT_MODULES, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError, base_sizes, check_architecture,
+    ADAPT_MODULES, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
+    base_sizes, check_architecture, check_gate,
     check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, size_notes,
 )
 
 __all__ = [
-    "ADAPT_MODULES", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
+    "ADAPT_MODULES", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
     "TRAINING_SETTINGS", "ScaleConfig", "ScaleConfigError", "ScaleDims", "check_router", "int_list", "size_notes", "word_list",
 ]
 
@@ -40,7 +41,7 @@ INITS: tuple[str, ...] = get_args(Init)
 ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
 # Training settings: recorded with the geometry, not part of it. A run may change them on a SCALE
 # checkpoint (a flag given overrides the recorded value; one not given takes it).
-TRAINING_SETTINGS = ("output_rows",)
+TRAINING_SETTINGS = ("output_rows", "gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
 
 _log = logging.getLogger(__name__)
 
@@ -101,6 +102,17 @@ class ScaleConfig:
     vocabulary rows whose bytes can spell Hangul, derived from --tokenizer-model's bytes; the other
     rows keep their values, zero from the upscaling, so those tokens' logits stay z_p's: issue 45's
     script-scoped output rows, model/layers/output_rows.py)."""
+    gate_statistic: str = field(default="none", metadata=flag("--scale-gate-statistic", choices=GATE_STATISTICS))
+    """Train through a gate: z_a = z_p + g W_out_up h_up, g = sigmoid((tau - s(z_p)) / T) per token
+    from a statistic s of z_p alone (max-prob | certainty; none: g = 1, the paper's). Parameter-free
+    and causal; evaluation and the export use the same gate (model/layers/gate.py; issue 45)."""
+    gate_tau: float = field(default=0.5, metadata=flag("--scale-gate-tau"))
+    """The gate's midpoint: g = 1/2 where s(z_p) = tau."""
+    gate_temperature: float = field(default=0.05, metadata=flag("--scale-gate-temperature"))
+    """The gate's width T (> 0): g runs from 0.12 to 0.88 over tau -/+ 2T."""
+    gate_direction: str = field(default="above", metadata=flag("--scale-gate-direction", choices=ROUTER_DIRECTIONS))
+    """above: the gate closes where s(z_p) is above tau (the base is sure: an old-domain token), as
+    SCALE-Route keeps z_p there | below: where it is below."""
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -119,7 +131,9 @@ class ScaleConfig:
             adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
             route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
             router_statistic=dims.router_statistic, router_direction=dims.router_direction,
-            router_unit=dims.router_unit, output_rows=dims.output_rows, seed=dims.seed,
+            router_unit=dims.router_unit, output_rows=dims.output_rows, gate_statistic=dims.gate_statistic,
+            gate_tau=dims.gate_tau, gate_temperature=dims.gate_temperature, gate_direction=dims.gate_direction,
+            seed=dims.seed,
         )
 
 
@@ -147,7 +161,15 @@ class ScaleDims:
     router_direction: str = "above"
     router_unit: str = "token"
     output_rows: str = "all"
+    gate_statistic: str = "none"
+    gate_tau: float = 0.5
+    gate_temperature: float = 0.05
+    gate_direction: str = "above"
     seed: int = 1234
+
+    @property
+    def gated(self) -> bool:
+        return self.gate_statistic != "none"
 
     @property
     def routed(self) -> bool:
@@ -161,10 +183,11 @@ class ScaleDims:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
         """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
-        before router_statistic / router_direction / router_unit / output_rows existed lacks them:
-        cosine / above / token / all. Any other
+        before router_statistic / router_direction / router_unit / output_rows / gate_* existed
+        lacks them: cosine / above / token / all / no gate. Any other
         missing or unknown key is one ScaleConfigError naming `where` (the checkpoint and its record)."""
         given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", "output_rows": "all",
+                 "gate_statistic": "none", "gate_tau": 0.5, "gate_temperature": 0.05, "gate_direction": "above",
                  **record}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
@@ -222,6 +245,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
                  cfg.router_direction, "--scale-router-direction", cfg.router_unit, "--scale-router-unit")
     if cfg.output_rows not in OUTPUT_ROWS:
         raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
+    check_gate(cfg.gate_statistic, cfg.gate_tau, cfg.gate_temperature, cfg.gate_direction)
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -280,6 +304,10 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         router_direction=cfg.router_direction,
         router_unit=cfg.router_unit,
         output_rows=cfg.output_rows,
+        gate_statistic=cfg.gate_statistic,
+        gate_tau=float(cfg.gate_tau),
+        gate_temperature=float(cfg.gate_temperature),
+        gate_direction=cfg.gate_direction,
         seed=cfg.seed,
     )
     for note in size_notes(cfg, dims, tp):

@@ -166,6 +166,7 @@ def test_impossible_sizes_name_the_flag_and_the_nearest_valid(settings: dict, tp
     {"variant": "route", "router_statistic": "cosine", "router_direction": "below"},
     {"variant": "route", "router_direction": "below", "router_unit": "word"},
     {"output_rows": "hangul"},
+    {"variant": "route", "gate_statistic": "certainty", "gate_tau": 0.3, "gate_temperature": 0.1, "gate_direction": "below"},
 ])
 def test_record_round_trip(settings: dict) -> None:
     """ScaleDims.to_record / from_record give back the same geometry; a record written before
@@ -177,11 +178,13 @@ def test_record_round_trip(settings: dict) -> None:
     record = dims.to_record()
     assert ScaleDims.from_record(record, where="ckpt") == dims
     old = {k: v for k, v in record.items()
-           if k not in ("router_statistic", "router_direction", "router_unit", "output_rows")}
+           if k not in ("router_statistic", "router_direction", "router_unit", "output_rows")
+           and not k.startswith("gate_")}
     assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
     assert ScaleDims.from_record(old, where="ckpt").router_direction == "above"
     assert ScaleDims.from_record(old, where="ckpt").router_unit == "token"
     assert ScaleDims.from_record(old, where="ckpt").output_rows == "all"
+    assert not ScaleDims.from_record(old, where="ckpt").gated
     with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
         ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
     with pytest.raises(ScaleConfigError, match=r"^ckpt: .*unknown key\(s\) \['extra'\]"):
@@ -226,3 +229,17 @@ def test_output_rows_default_to_all_and_a_bad_one_names_its_flag() -> None:
     assert dims.output_rows == "hangul" and ScaleConfig.from_dims(dims).output_rows == "hangul"
     with pytest.raises(ScaleConfigError, match=r"^ScaleConfig.output_rows \(--scale-output-rows\): unknown rows 'latin'"):
         ScaleConfig(output_rows="latin").resolve(_base(), 1)
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"gate_statistic": "cosine"}, "--scale-gate-statistic: unknown 'cosine'; choose one of none, max-prob, certainty"),
+    ({"gate_temperature": 0.0}, "--scale-gate-temperature: must be a finite number > 0, got 0.0"),
+    ({"gate_tau": float("nan")}, "--scale-gate-tau: must be a finite number, got nan"),
+    ({"gate_direction": "under"}, "--scale-gate-direction: unknown 'under'; choose one of above, below"),
+])
+def test_a_bad_gate_setting_names_its_flag(setting: dict, message: str) -> None:
+    """No gate by default (the paper's z_a); a gate's statistic is one of z_p alone."""
+    assert not ScaleConfig().resolve(_base(), 1).gated
+    with pytest.raises(ScaleConfigError) as e:
+        ScaleConfig(**setting).resolve(_base(), 1)
+    assert str(e.value) == message

@@ -90,6 +90,8 @@ def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]],
         scale_ffn_up=dims.ffn_up, scale_variant=dims.variant, scale_router_tau=dims.router_tau,
         scale_router_statistic=dims.router_statistic, scale_router_direction=dims.router_direction,
         scale_router_unit=dims.router_unit, scale_output_rows=dims.output_rows,
+        scale_gate_statistic=dims.gate_statistic, scale_gate_tau=dims.gate_tau,
+        scale_gate_temperature=dims.gate_temperature, scale_gate_direction=dims.gate_direction,
         scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
     )
     if unit_codes is not None:

@@ -16,6 +16,7 @@ from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
+from megatron_scale.scale_checks import check_gate
 from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims
 from megatron_scale.upscale import load_upscaled
 
@@ -112,7 +113,7 @@ class Scale(TrainingMethod):
     def plan(cls, given_: Given) -> Scale:
         """The geometry the --scale-* flags resolve to on the base; from a SCALE checkpoint its
         recorded geometry itself, each --scale-* flag given compared with it (refused by name), but
-        --scale-output-rows, a training setting a run may change."""
+        --scale-output-rows and --scale-gate-*, training settings a run may change."""
         variant = given_.name.removeprefix("scale-")
         settings, tp = given(given_.flags.scale), given_.tp
         base = given_.arch.transformer_config(tp)
@@ -135,7 +136,9 @@ class Scale(TrainingMethod):
             dims.check_base(base, tp)
         except ValueError as e:
             raise ValueError(f"{given_.where}: {e}") from e
-        return cls(dims=dataclasses.replace(dims, **training))
+        dims = dataclasses.replace(dims, **training)
+        check_gate(dims.gate_statistic, dims.gate_tau, dims.gate_temperature, dims.gate_direction)
+        return cls(dims=dims)
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)

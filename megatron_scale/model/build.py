@@ -174,7 +174,8 @@ class ScaleGPTModel(mc.GPTModel):
                 tied=tied_embeddings and self.pre_process,
                 gather_output=not self.parallel_output, tau=dims.router_tau,
                 routed=dims.routed, statistic=dims.router_statistic, direction=dims.router_direction,
-                unit=dims.router_unit,
+                unit=dims.router_unit, gate_statistic=dims.gate_statistic, gate_tau=dims.gate_tau,
+                gate_temperature=dims.gate_temperature, gate_direction=dims.gate_direction,
             )
 
     def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,

@@ -25,6 +25,9 @@ num_key_value_heads g, intermediate_size f, head_dim k); the `scale_*` fields th
     scale_output_rows    all | hangul: which rows of W_out_up trained (a record of how the model was
                          trained that forward() does not read: the weights hold the rows as trained,
                          those outside the script as they were, zero from the upscaling)
+    scale_gate_statistic none (the paper's z_a) | max-prob | certainty: z_a = z_p + g W_out_up h_up
+                         with g = sigmoid((scale_gate_tau - s(z_p)) / scale_gate_temperature) per token
+                         (scale_gate_direction below: sigmoid((s - tau) / T)), s a statistic of z_p alone
     scale_output_head    auto (route for a route model, else adapt) | adapt | preserve | route
     scale_tied_output    the preservation head W_out is the input embedding E
 
@@ -61,6 +64,10 @@ class ScaleLlamaConfig(LlamaConfig):
         scale_router_unit_codes: str | None = None,
         scale_output_head: str = "auto",
         scale_output_rows: str = "all",
+        scale_gate_statistic: str = "none",
+        scale_gate_tau: float = 0.5,
+        scale_gate_temperature: float = 0.05,
+        scale_gate_direction: str = "above",
         scale_tied_output: bool = False,
         **kwargs,
     ) -> None:
@@ -77,6 +84,10 @@ class ScaleLlamaConfig(LlamaConfig):
         self.scale_router_unit_codes = scale_router_unit_codes
         self.scale_output_head = scale_output_head
         self.scale_output_rows = scale_output_rows
+        self.scale_gate_statistic = scale_gate_statistic
+        self.scale_gate_tau = scale_gate_tau
+        self.scale_gate_temperature = scale_gate_temperature
+        self.scale_gate_direction = scale_gate_direction
         self.scale_tied_output = scale_tied_output
         kwargs["tie_word_embeddings"] = False  # the output layer reads E itself when tied
         if kwargs.get("hidden_act") == GUARD:

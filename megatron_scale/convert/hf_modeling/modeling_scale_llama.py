@@ -12,7 +12,9 @@ Every linear y = W x of the base is upscaled:
   so with the common ratio r = h/g = h'/g' query head j reads KV group j // r: base heads read
   base K/V, new heads new K/V; RoPE is the same for all heads;
 - SwiGLU: gate and up have f' new units after the base f; down reads [f ; f'];
-- output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head);
+- output: z_p = W_out x (preservation head), z_a = z_p + W_out_up x_up (adaptation head), or with
+  config.scale_gate_statistic set z_a = z_p + g W_out_up x_up, g = sigmoid((tau - s(z_p)) / T) per
+  token from a statistic of z_p alone (megatron_scale/model/layers/gate.py);
   the router emits z_p per token where cos(z_p, z_a) >= tau, else z_a (or another statistic:
   config.scale_router_statistic; with config.scale_router_direction "below", where the statistic
   <= tau; tau, statistic and direction can be overridden per call); with config.scale_router_unit
@@ -205,11 +207,19 @@ class ScaleOutputLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, base_weight: torch.Tensor, head: str, tau: float,
                 statistic: str, direction: str = "above",
-                pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                pool: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                gate: tuple[str, float, float, str] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         z_p = F.linear(x[..., : self.d], base_weight)
         if head == "preserve":
             return z_p, None
-        z_a = z_p + F.linear(x[..., self.d :], self.weight_up)
+        z_up = F.linear(x[..., self.d :], self.weight_up)
+        if gate is not None:  # (statistic, tau, temperature, direction): g = sigmoid((tau - s(z_p)) / T)
+            g_stat, g_tau, g_temp, g_dir = gate
+            if g_dir not in DIRECTIONS:
+                raise ValueError(f"scale_gate_direction {g_dir!r}: choose one of {DIRECTIONS}")
+            s = router_statistic(g_stat, z_p, z_p)
+            z_up = z_up * torch.sigmoid((g_tau - s if g_dir == "above" else s - g_tau) / g_temp).to(z_p.dtype).unsqueeze(-1)
+        z_a = z_p + z_up
         if head == "adapt":
             return z_a, None
         stat = router_statistic(statistic, z_p, z_a)
@@ -425,6 +435,16 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
                                  f"{unit} before it (the open unit is unknown); pass the whole sequence, or generate()")
         return UnitRouter(self._unit_codes[1], unit, ids, carry)
 
+    def _gate(self) -> tuple[str, float, float, str] | None:
+        """config.scale_gate_*: the gate of W_out_up's term (None: no gate, the paper's z_a)."""
+        c = self.config
+        stat = getattr(c, "scale_gate_statistic", "none")
+        if stat == "none":
+            return None
+        if stat not in ("max-prob", "certainty"):
+            raise ValueError(f"scale_gate_statistic {stat!r}: choose one of none, max-prob, certainty")
+        return stat, float(c.scale_gate_tau), float(c.scale_gate_temperature), getattr(c, "scale_gate_direction", "above")
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: torch.Tensor | None = None,
@@ -452,7 +472,7 @@ class ScaleLlamaForCausalLM(ScaleLlamaPreTrainedModel, GenerationMixin):
         tau = self.config.scale_router_tau if route_tau is None else float(route_tau)
         statistic = self.config.scale_router_statistic if route_statistic is None else route_statistic
         direction = getattr(self.config, "scale_router_direction", "above") if route_direction is None else route_direction
-        logits, self.last_route_keep = self.lm_head(x, base_w, head, tau, statistic, direction, router)
+        logits, self.last_route_keep = self.lm_head(x, base_w, head, tau, statistic, direction, router, self._gate())
         if router is not None:
             self._unit_carry = {**router.state, "cache": cache, "length": past + input_ids.shape[1]} if use_cache else None
             if logits_to_keep:  # the router needed every position; the caller wants the last ones

@@ -8,5 +8,6 @@
                             functions that choose a built model's head and router settings
     routing.py, route_units.py   the SCALE-Route router and its token/char/word units
     output_rows.py          script-scoped output rows: which rows of W_out_up train
+    gate.py                 the gate of W_out_up's term, from a statistic of z_p alone
     lora.py                 LoRA linears (the LoRA baseline)
 """

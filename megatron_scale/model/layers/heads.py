@@ -3,6 +3,7 @@
     embedding:  [E | E_up] lookup        E [V, d] frozen, E_up [V, d'] trainable, zero at init
     output:     z_p = W_out h            W_out [V, d] frozen (the embedding E when the base ties them)
                 z_a = z_p + W_out_up h_up   W_out_up [V, d'] trainable, zero at init
+                (gated: z_a = z_p + g W_out_up h_up, g a per-token gate from z_p alone: gate.py)
 
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
@@ -28,6 +29,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale.scale_config import check_router
+from megatron_scale.model.layers.gate import gate
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
 from megatron_scale.model.layers.route_units import unit_starts
 from megatron_scale.model.layers.routing import route
@@ -110,7 +112,8 @@ class ScaleOutputLayer(_VocabParallel):
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
         tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
-        direction: str = "above", unit: str = "token",
+        direction: str = "above", unit: str = "token", gate_statistic: str = "none", gate_tau: float = 0.5,
+        gate_temperature: float = 0.05, gate_direction: str = "above",
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
@@ -120,6 +123,9 @@ class ScaleOutputLayer(_VocabParallel):
         self.statistic = statistic
         self.direction = direction
         self.unit = unit
+        # the gate of W_out_up's term (gate.py); "none": the paper's z_a
+        self.gate_statistic, self.gate_tau = gate_statistic, gate_tau
+        self.gate_temperature, self.gate_direction = gate_temperature, gate_direction
         self.unit_codes: torch.Tensor | None = None  # [V] uint8, route_units.piece_codes
         self.unit_labels: torch.Tensor | None = None  # [b, s] this forward's labels
         self.routed = routed
@@ -166,7 +172,11 @@ class ScaleOutputLayer(_VocabParallel):
         if head == "preserve":
             logits = z_p
         else:
-            z_a = z_p + torch.matmul(h[..., d:], self.weight_up.t())
+            z_up = torch.matmul(h[..., d:], self.weight_up.t())
+            if self.gate_statistic != "none":
+                z_up = z_up * gate(z_p, self.gate_statistic, self.gate_tau, self.gate_temperature,
+                                   self.gate_direction, self.tp_group if self.tp_size > 1 else None)
+            z_a = z_p + z_up
             logits = z_a
             if self.capture:
                 self.captured = (z_p.detach(), z_a.detach())
