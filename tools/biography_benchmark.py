@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS
+from megatron_scale.scale_config import GATE_STATISTICS, ROUTER_DIRECTIONS, ROUTER_STATISTICS
 from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
 from megatron_scale.reports.bio_frontier import runs_of, runs_of_stages, write_frontier
 from megatron_scale.reports.bio_frontier import title as frontier_title
@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale-route: the statistic it routes with (every statistic is analysed either way)")
     p.add_argument("--router-direction", choices=ROUTER_DIRECTIONS, default=None,
                    help="scale-route: keep z_p where the statistic is above (>=, the paper's) or below (<=) tau")
+    p.add_argument("--gate-statistic", choices=GATE_STATISTICS, default=None,
+                   help="SCALE methods: train through a gate from this statistic of z_p (--scale-gate-statistic)")
+    p.add_argument("--gate-tau", type=float, default=None, help="the gate's midpoint (--scale-gate-tau)")
+    p.add_argument("--gate-temperature", type=float, default=None, help="the gate's width (--scale-gate-temperature)")
+    p.add_argument("--gate-direction", choices=ROUTER_DIRECTIONS, default=None,
+                   help="the gate closes where the statistic is above (the default) or below tau")
     return p
 
 

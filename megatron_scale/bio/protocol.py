@@ -35,6 +35,7 @@ from megatron_scale.artifacts import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
 from megatron_scale.methods.scale import ScaleSettings
+from megatron_scale.scale_checks import check_gate
 from megatron_scale.training.config import (
     Architecture, DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
 )
@@ -85,6 +86,11 @@ class Settings:
     router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
     router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
     router_direction: str | None = None  # SCALE-Route's direction (default: the training entry's, above)
+    # SCALE trained through a gate (--scale-gate-*, model/layers/gate.py; None: no gate, the paper's)
+    gate_statistic: str | None = None
+    gate_tau: float | None = None
+    gate_temperature: float | None = None
+    gate_direction: str | None = None
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -106,6 +112,9 @@ class Settings:
             raise ValueError(f"--lora-alpha {self.lora_alpha}: must be > 0")
         if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
             raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
+        if self.gate_statistic is not None:
+            check_gate(self.gate_statistic, 0.5 if self.gate_tau is None else self.gate_tau,
+                       0.05 if self.gate_temperature is None else self.gate_temperature, self.gate_direction or "above")
         if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
             raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
 
@@ -143,7 +152,8 @@ def method_config(s: Settings, method: str) -> MethodConfig:
     return MethodConfig(
         name=method, freeze_layers=freeze_layers, lora_rank=s.lora_rank, lora_alpha=lora_alpha,
         scale=ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
-                            router_direction=s.router_direction),
+                            router_direction=s.router_direction, gate_statistic=s.gate_statistic, gate_tau=s.gate_tau,
+                            gate_temperature=s.gate_temperature, gate_direction=s.gate_direction),
     )
 
 
@@ -256,15 +266,16 @@ class StageMismatch(ValueError):
     """An --out folder holds a stage made with other settings."""
 
 
+GATE = ("gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
 STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
 # settings of task 1 alone: the pre-training and task-0 stages do not depend on them
 TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "eval_dense_gap", "task1_stop_at",
               "routed_baselines", "freeze_layers", "lora_rank", "lora_alpha", "router_tau", "router_statistic",
-              "router_direction")
+              "router_direction", *GATE)
 # settings a task-1 method does not read
 _SCALE_UNREAD = ("freeze_layers", "lora_rank", "lora_alpha")
-UNREAD = {"freeze": ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction"),
-          "lora": ("freeze_layers", "router_tau", "router_statistic", "router_direction"),
+UNREAD = {"freeze": ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction", *GATE),
+          "lora": ("freeze_layers", "router_tau", "router_statistic", "router_direction", *GATE),
           "scale-preserve": _SCALE_UNREAD, "scale-route": (*_SCALE_UNREAD, "routed_baselines"),
           "scale-adapt": (*_SCALE_UNREAD, "routed_baselines")}
 
@@ -278,7 +289,9 @@ def stage_key(s: Settings, method: str | None = None) -> dict[str, Any]:
         skip |= set(TASK1_ONLY)
     else:
         skip |= set(UNREAD.get(method, ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction",
-                                        "freeze_layers")))
+                                        "freeze_layers", *GATE)))
+    if s.gate_statistic is None:  # no gate: the key stages written before the gate existed have
+        skip |= set(GATE)
     return {k: v for k, v in asdict(s).items() if k not in skip}
 
 

@@ -310,3 +310,25 @@ def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_read
     assert stage_key(s, "lora")["lora_rank"] == 64 and "freeze_layers" not in stage_key(s, "lora")
     assert stage_key(s, "full")["task1_stop_at"] == 0.95 and "lora_rank" not in stage_key(s, "full")
     assert "routed_baselines" in stage_key(s, "scale-preserve") and "routed_baselines" not in stage_key(s, "scale-route")
+
+
+def test_a_gated_scale_stage_is_keyed_by_its_gate_and_the_others_are_not() -> None:
+    """--gate-*: a SCALE stage trained through a gate is another stage than the ungated one; a run
+    without a gate keys its stages as before the gate existed (their stage files stay valid), and
+    no other method reads the gate."""
+    import dataclasses
+
+    from megatron_scale.bio.protocol import GATE, Settings, method_config, stage_key
+
+    plain = Settings(task1_iters=3000)
+    gated = dataclasses.replace(plain, gate_statistic="max-prob", gate_tau=0.8, gate_temperature=0.05)
+    assert not set(GATE) & set(stage_key(plain, "scale-preserve"))
+    assert stage_key(gated, "scale-preserve")["gate_tau"] == 0.8
+    assert stage_key(gated, "scale-preserve") != stage_key(plain, "scale-preserve")
+    for method in ("full", "freeze", "lora", "llama-pro", None):
+        assert stage_key(gated, method) == stage_key(plain, method), method
+    scale = method_config(gated, "scale-preserve").scale
+    assert (scale.gate_statistic, scale.gate_tau, scale.gate_temperature, scale.gate_direction) == (
+        "max-prob", 0.8, 0.05, None)
+    with pytest.raises(ValueError, match="--scale-gate-temperature: must be a finite number > 0"):
+        dataclasses.replace(gated, gate_temperature=0.0).check()
