@@ -28,8 +28,9 @@ from megatron_scale.scale_checks import (
 )
 
 __all__ = [
-    "ADAPT_MODULES", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS", "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS",
-    "TRAINING_SETTINGS", "ScaleConfig", "ScaleConfigError", "ScaleDims", "check_router", "int_list", "size_notes", "word_list",
+    "ADAPT_MODULES", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
+    "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "ScaleConfig", "ScaleConfigError", "ScaleDims",
+    "check_router", "int_list", "size_notes", "word_list",
 ]
 
 Variant = Literal["preserve", "adapt", "route"]
