@@ -29,6 +29,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
+from megatron_scale.bio.variant import variant_tag
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write
@@ -370,7 +371,7 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
         plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at, s.eval_dense_gap,
                         baseline=s.routed_baselines and not kind.upscaled,
                         heads=s.routed_baselines and kind.variant == "preserve")
-        r = stage(os.path.join(stages, f"task1_{method}_lr{lr:g}.json"), stage_key(s, method),
+        r = stage(os.path.join(stages, f"task1_{method}{variant_tag(asdict(s), method)}_lr{lr:g}.json"), stage_key(s, method),
                   lambda method=method, lr=lr, plan=plan: run_stage(
             stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",
                          table_lr=None if s.task1_table_lr_mult is None else lr * s.task1_table_lr_mult),

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from megatron_scale import method_catalog as catalog
+from megatron_scale.bio.variant import variant_tag
 from megatron_scale.reports import frontier_report
 from megatron_scale.reports.frontier import Run
 from megatron_scale.reports.frontier_report import Axes, Marker
@@ -49,10 +50,12 @@ def prefix(method: str) -> str:
     return method if kind.upscaled else f"base/{method}"
 
 
-def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any]) -> tuple[list[Run], list[Marker], dict]:
+def router_runs(method: str, lr: float, seed: int, analysis: Mapping[str, Any],
+                tag: str = "") -> tuple[list[Run], list[Marker], dict]:
     """The router and control curves of one run's analysis (bio/router.py), its deployable
-    markers, and what each curve is (statistic, direction, unit) for frontier.json."""
-    p = prefix(method)
+    markers, and what each curve is (statistic, direction, unit) for frontier.json; `tag`: the
+    run's variant (bio/protocol.py variant_tag), after the prefix."""
+    p = prefix(method) + tag
     runs, markers, info = [], [], {}
     stats = analysis.get("statistics") or {}
     upscaled = catalog.method(method).upscaled
@@ -92,10 +95,11 @@ def runs_of(results: Mapping[str, Any]) -> tuple[list[Run], list[Marker], dict]:
     info: dict[str, dict] = {}
     for key, r in results["methods"].items():
         method, lr = r.get("method", key), r.get("lr", default_lr)
+        tag = variant_tag(results["settings"], method)
         acc = r["accuracy"]
-        out.append(Run(method, lr, seed, tuple(zip(acc["task1"], acc["task0"], strict=True))))
+        out.append(Run(method + tag, lr, seed, tuple(zip(acc["task1"], acc["task0"], strict=True))))
         if r.get("router"):
-            runs, ms, inf = router_runs(method, lr, seed, r["router"])
+            runs, ms, inf = router_runs(method, lr, seed, r["router"], tag)
             out += runs
             markers += ms
             for name, d in inf.items():
@@ -130,7 +134,8 @@ def runs_of_stages(out_dir: str) -> tuple[list[Run], dict[str, Any], list[Marker
         if r.get("final_records"):
             r["router"] = router.analyse(r["final_records"])
         settings = doc["settings"]
-        one = {"settings": {**settings, "task1_lr": float(m[2])}, "methods": {m[1]: {"method": m[1], "lr": float(m[2]), **r}}}
+        method = m[1].partition("+")[0]  # the file name carries the variant's tag; the settings say it
+        one = {"settings": {**settings, "task1_lr": float(m[2])}, "methods": {method: {"method": method, "lr": float(m[2]), **r}}}
         got, ms, inf = runs_of(one)
         runs += got
         markers += ms
@@ -177,6 +182,8 @@ def write_frontier(runs: Sequence[Run], out_dir: str, title: str, levels: Sequen
                    markers: Sequence[Marker] = (), info: dict | None = None, notes: str = "") -> dict[str, str]:
     """frontier.json (the summary, every curve, the curves' descriptions), frontier.md (the
     tables) and frontier.png."""
+    variants = sorted({r.method for r in runs if "+" in r.method and "[" not in r.method})
+    pairs = PAIRS + tuple((v, b) for v in variants for b in (v.partition("+")[0], "full", "freeze"))
     return frontier_report.write(runs, out_dir, title, levels, AXES, {"curves": info or {}},
-                                 pairs=PAIRS, markers=markers, sections=sections(sorted({r.method for r in runs})),
+                                 pairs=pairs, markers=markers, sections=sections(sorted({r.method for r in runs})),
                                  notes=notes)

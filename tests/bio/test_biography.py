@@ -332,3 +332,34 @@ def test_a_gated_scale_stage_is_keyed_by_its_gate_and_the_others_are_not() -> No
         "max-prob", 0.8, 0.05, None)
     with pytest.raises(ValueError, match="--scale-gate-temperature: must be a finite number > 0"):
         dataclasses.replace(gated, gate_temperature=0.0).check()
+
+
+def test_gated_and_plain_stages_share_a_folder_and_a_table(tmp_path: Path) -> None:
+    """A gated SCALE stage is filed and drawn as METHOD+gate-... (bio/variant.py), beside the plain
+    method's stage in one folder; the table pairs it with its method, full fine-tuning and Freeze,
+    seed by seed. Hand-made curves: the gated run keeps 0.2 more of task 0 at every level."""
+    from megatron_scale.bio.variant import variant_tag
+    from megatron_scale.reports.bio_frontier import runs_of_stages, write_frontier
+
+    gate = {"gate_statistic": "max-prob", "gate_tau": 0.8, "gate_temperature": 0.05, "gate_direction": None}
+    tag = variant_tag(gate, "scale-preserve")
+    assert tag == "+gate-max-prob-0.8-0.05-above"
+    assert variant_tag(gate, "full") == "" and variant_tag({"gate_statistic": None}, "scale-preserve") == ""
+    task1 = [0.0, 0.3, 0.6, 0.9, 1.0]
+    for seed in (1, 2):
+        stages = tmp_path / f"seed{seed}" / "stages"
+        stages.mkdir(parents=True)
+        for name, settings, kept in (("scale-preserve", {}, 0.0), (f"scale-preserve{tag}", gate, 0.2),
+                                     ("full", {}, -0.1), ("freeze", {}, -0.05)):
+            task0 = [1.0] + [min(1.0, 0.7 - 0.4 * t + kept) for t in task1[1:]]
+            doc = {"settings": {"seed": seed, "task1_people": 20, **settings},
+                   "result": {"steps": [0, 10, 20, 30, 40], "accuracy": {"task0": task0, "task1": task1},
+                              "final_records": None}}
+            (stages / f"task1_{name}_lr0.001.json").write_text(json.dumps(doc))
+    runs, settings, markers, info = runs_of_stages(str(tmp_path))
+    assert sorted({r.method for r in runs}) == ["freeze", "full", "scale-preserve", f"scale-preserve{tag}"]
+    write_frontier(runs, str(tmp_path), "hand-made")
+    table = (tmp_path / "frontier.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith(f"| scale-preserve{tag} - scale-preserve |"))
+    assert row.count("+0.200 [+0.200, +0.200]") == 3 and row.count("2/2 > 0") == 3, row
+    assert f"| scale-preserve{tag} - full |" in table and f"| scale-preserve{tag} - freeze |" in table
