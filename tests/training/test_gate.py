@@ -6,9 +6,8 @@
   logits and every gradient are SCALE-Preserve's bit for bit.
 - The gradient flows only through W_out_up and the expansion: the parameters with a gradient are
   Preserve's, and the gate changes their gradients (it is not a constant).
-- End to end (torchrun): SCALE-Preserve trained through a gate at TP=2 gives TP=1's losses and
-  records the gate; the Hugging Face export equals Megatron's logits (--verify, the gate in the
-  exported config) and its generate() is the greedy decoding of that forward.
+- End to end (torchrun, training, the record and the export): tests/training/test_variants_trained.py,
+  one run with both of issue 45's variants.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import pytest
 import torch
 
 from tests._dist import run_ranks
-from megatron_scale.testing.runs import losses, make_dataset, train
 
 pytestmark = pytest.mark.dist
 
@@ -111,52 +109,3 @@ def test_gradients_flow_only_through_the_expansion(ranks: dict, tp: int) -> None
         assert any(k.endswith("output_layer.weight_up") for k in gated["grads"])
         assert not set(gated["grads"]) & set(gated["frozen"])  # the base gets none
         assert any(not torch.equal(plain["grads"][n], gated["grads"][n]) for n in plain["grads"])
-
-
-@pytest.fixture(scope="module")
-def gated_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("gate")
-    en, ko = make_dataset(root / "en", seed=3, docs=80), make_dataset(root / "ko", seed=4, docs=80)
-    train(1, root / "base.jsonl", "--method", "full", "--train-iters", "4", "--data-path", en, "--save", str(root / "base"))
-    run = ("--method", "scale-preserve", "--load", str(root / "base" / "iter_0000004"), "--data-path", ko,
-           "--train-iters", "3", "--lr", "3e-2", "--scale-gate-statistic", "max-prob", "--scale-gate-tau", "0.1",
-           "--scale-gate-temperature", "0.02")
-    tp2 = train(2, root / "tp2.jsonl", *run, "--tensor-model-parallel-size", "2", "--save", str(root / "tp2"))
-    tp1 = train(1, root / "tp1.jsonl", *run)
-    return {"root": root, "tp1": losses(tp1), "tp2": losses(tp2), "ckpt": root / "tp2" / "iter_0000003"}
-
-
-def test_gated_training_at_tp2_is_tp1_and_is_recorded(gated_run: dict) -> None:
-    from megatron_scale.checkpoint.reader import MegatronReader
-
-    assert sorted(gated_run["tp2"]) == [1, 2, 3]
-    for it, loss in gated_run["tp1"].items():
-        assert gated_run["tp2"][it] == pytest.approx(loss, abs=1e-5), it
-    dims = MegatronReader(gated_run["ckpt"]).records.scale["dims"]
-    assert (dims["gate_statistic"], dims["gate_tau"], dims["gate_temperature"], dims["gate_direction"]) == (
-        "max-prob", 0.1, 0.02, "above")
-
-
-def test_export_of_a_gated_model_equals_megatron_forward_and_generate(gated_run: dict) -> None:
-    from transformers import AutoModelForCausalLM
-
-    from megatron_scale.convert import convert_megatron_to_hf
-
-    out = gated_run["root"] / "hf"
-    summary = convert_megatron_to_hf(gated_run["ckpt"], out, progress=False, verify=True, tolerance=1e-4)
-    assert summary["verify_max_abs_error"] <= 1e-4
-    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True, dtype=torch.float32).eval()
-    assert (model.config.scale_gate_statistic, model.config.scale_gate_tau) == ("max-prob", 0.1)
-    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        gated = model(ids).logits
-        model.config.scale_gate_statistic = "none"
-        ungated = model(ids).logits
-        model.config.scale_gate_statistic = "max-prob"
-        assert float((gated - ungated).abs().max()) > 1e-3  # the exported forward applies the gate
-        prompt, steps = ids[:, :4], 6
-        want = prompt
-        for _ in range(steps):
-            want = torch.cat((want, model(want).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
-        for cache in (True, False):
-            assert torch.equal(model.generate(prompt, max_new_tokens=steps, do_sample=False, use_cache=cache), want)

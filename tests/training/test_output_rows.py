@@ -5,17 +5,12 @@
 - The gradient hook: with every row in scope the output layer's gradients are the unscoped ones
   bit for bit (the variant at its neutral setting is SCALE-Preserve); with Hangul's rows, the other
   rows' gradient is exactly zero and Hangul's is the unscoped one, at TP=1 and TP=2.
-- End to end (torchrun): SCALE-Preserve upscaled from a base and trained with --scale-output-rows
-  hangul at TP=2 gives TP=1's losses; W_out_up's rows outside Hangul stay exactly zero and the
-  checkpoint records the setting; the Hugging Face export equals Megatron's logits (--verify),
-  its z_a equals z_p on every token outside Hangul, and its generate() is the greedy decoding of
-  that forward. Without --tokenizer-model the run is refused before work, naming the flag.
+- End to end (torchrun, training, the record, the export, the refusal without a tokenizer):
+  tests/training/test_variants_trained.py, one run with both of issue 45's variants.
 """
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +19,7 @@ import torch
 from tests import _unit_vocab
 from tests._dist import run_ranks
 from megatron_scale.model.layers.output_rows import in_script, script_rows
-from megatron_scale.testing.runs import VOCAB, command, losses, make_dataset, train
+from megatron_scale.testing.runs import VOCAB
 
 HANGUL_PIECES = {b"\xed\x95", b"\xb5\xad", b" \xec", b" \xeb", b"\xec\x9e\xa5", b"\xea\xb3"}  # _unit_vocab's merges
 
@@ -105,90 +100,3 @@ def test_the_hook_keeps_the_script_rows_gradient_bit_for_bit(tp: int) -> None:
         assert [n for n in plain if n != key and not torch.equal(plain[n], hangul[n])] == []
         assert "scoped already" in r["twice"]
     assert moved.all()  # so the zeros above are the hook's (at TP=2 one rank's slice may hold no Hangul row)
-
-
-@pytest.fixture(scope="module")
-def scoped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("output_rows")
-    en, ko = make_dataset(root / "en", seed=3, docs=80), make_dataset(root / "ko", seed=4, docs=80)
-    tok = _unit_vocab.write_tokenizer(str(root / "tok"), _unit_vocab.pieces(VOCAB))
-    train(1, root / "base.jsonl", "--method", "full", "--train-iters", "4", "--data-path", en, "--save", str(root / "base"))
-    run = ("--method", "scale-preserve", "--load", str(root / "base" / "iter_0000004"), "--data-path", ko,
-           "--train-iters", "3", "--scale-output-rows", "hangul", "--tokenizer-type", "HuggingFaceTokenizer",
-           "--tokenizer-model", tok)
-    tp2 = train(2, root / "tp2.jsonl", *run, "--tensor-model-parallel-size", "2", "--save", str(root / "tp2"))
-    tp1 = train(1, root / "tp1.jsonl", *run)
-    return {"root": root, "tok": tok, "tp1": losses(tp1), "tp2": losses(tp2), "ckpt": root / "tp2" / "iter_0000003",
-            "base": root / "base" / "iter_0000004", "ko": ko}
-
-
-@pytest.mark.dist
-def test_scoped_training_at_tp2_is_tp1_and_trains_only_the_script_rows(scoped: dict) -> None:
-    from megatron_scale.checkpoint.reader import MegatronReader
-
-    assert sorted(scoped["tp2"]) == [1, 2, 3]
-    for it, loss in scoped["tp1"].items():
-        assert scoped["tp2"][it] == pytest.approx(loss, abs=1e-5), it
-    reader = MegatronReader(scoped["ckpt"])
-    assert reader.records.scale["dims"]["output_rows"] == "hangul"
-    w = reader.get("output_layer.weight_up")
-    rows = script_rows(_unit_vocab.pieces(VOCAB), w.shape[0], "hangul")
-    assert (w[~rows] == 0).all()  # zero from the upscaling, and never moved
-    assert (w[rows] != 0).all(dim=1).float().mean() > 0.9  # every Hangul row trained (softmax reaches each)
-
-
-@pytest.mark.dist
-def test_export_of_a_scoped_model_equals_megatron_and_moves_only_hangul(scoped: dict) -> None:
-    from transformers import AutoModelForCausalLM
-
-    from megatron_scale.convert import convert_megatron_to_hf
-
-    out = scoped["root"] / "hf"
-    summary = convert_megatron_to_hf(scoped["ckpt"], out, progress=False, verify=True, tolerance=1e-4,
-                                     tokenizer=scoped["tok"])
-    assert summary["verify_max_abs_error"] <= 1e-4
-    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True, dtype=torch.float32).eval()
-    assert model.config.scale_output_rows == "hangul"
-    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        z_a = model(ids).logits
-        model.config.scale_output_head = "preserve"
-        z_p = model(ids).logits
-        model.config.scale_output_head = "auto"
-        rows = script_rows(_unit_vocab.pieces(VOCAB), z_a.shape[-1], "hangul")
-        assert torch.equal(z_a[..., ~rows], z_p[..., ~rows]) and (z_a[..., rows] != z_p[..., rows]).any()
-        # generate() is the greedy decoding of this forward, with and without the cache
-        prompt, steps = ids[:, :4], 6
-        want = prompt
-        for _ in range(steps):
-            want = torch.cat((want, model(want).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
-        for cache in (True, False):
-            got = model.generate(prompt, max_new_tokens=steps, do_sample=False, use_cache=cache)
-            assert torch.equal(got, want), cache
-
-
-@pytest.mark.dist
-def test_scoped_rows_need_the_tokenizer(scoped: dict) -> None:
-    args = command(1, "--method", "scale-preserve", "--load", str(scoped["base"]), "--data-path", scoped["ko"],
-                   "--train-iters", "3", "--scale-output-rows", "hangul")
-    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert "--scale-output-rows hangul (or the checkpoint's): the rows come from the byte-level tokenizer" in (
-        done.stdout + done.stderr)
-
-
-@pytest.mark.dist
-def test_a_run_from_a_scale_checkpoint_may_change_the_rows(scoped: dict) -> None:
-    """--scale-output-rows is a training setting, not geometry: given on a SCALE checkpoint it
-    overrides the recorded one (the recipe upscales first, then trains with it); not given, the
-    checkpoint's holds. The geometry's flags are still compared with the checkpoint's."""
-    from megatron_scale.testing.runs import RUN
-    from megatron_scale.training.config import parse
-    from megatron_scale.training.plan import FlagError, plan
-
-    base = [*RUN, "--method", "scale-preserve", "--load", str(scoped["ckpt"]), "--data-path", scoped["ko"],
-            "--train-iters", "3", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", scoped["tok"]]
-    assert plan(parse(base), 1).method.dims.output_rows == "hangul"
-    assert plan(parse([*base, "--scale-output-rows", "all"]), 1).method.dims.output_rows == "all"
-    with pytest.raises(FlagError, match="has hidden_up=.* but --scale-hidden-up gives 3"):
-        plan(parse([*base, "--scale-hidden-up", "3"]), 1)
