@@ -31,7 +31,7 @@ import sys
 from megatron_scale.artifacts import atomic_write
 from megatron_scale.reports.frontier import Run, best_lr_table
 from megatron_scale.reports.frontier_report import write
-from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, runs_of
+from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, prior_runs, runs_of
 from megatron_scale.reports.route_frontier import route_rows
 
 
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-metrics", default=None,
                     help="a run's metrics.jsonl whose iteration-0 evaluation (the base model's) stands for the runs "
                          "that skipped theirs, where they evaluated the same windows (their start records agree)")
+    ap.add_argument("--prior", default=None, metavar="FOLDER",
+                    help="an earlier --out folder: its curves (every run, Route's rows and controls) stand beside "
+                         "RUN's in each table; a (method, LR, seed) in both is an error")
     ap.add_argument("--route-lrs", type=float, nargs="+", default=None,
                     help="Route's rows from the SCALE-Preserve runs at these LRs only (default: every run with route records)")
     ap.add_argument("--route-units", nargs="+", default=["token", "char"], choices=("token", "char", "word"),
@@ -71,11 +74,18 @@ def main(argv: list[str] | None = None) -> int:
                     for r in runs_of(specs, axis.old, axis.new, a.base_metrics)]
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
-            computed.append((axis, out, runs + routed + more, markers, info, detail))
+            runs += routed + more
+            if a.prior:
+                old = prior_runs(a.prior, os.path.relpath(out, a.out), axis)
+                clash = {(r.method, r.lr, r.seed) for r in runs} & {(r.method, r.lr, r.seed) for r in old}
+                if clash:
+                    raise ValueError(f"--prior {a.prior} holds runs given again: {sorted(clash)}")
+                runs += old
+            computed.append((axis, out, runs, markers, info, detail))
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
     extra = {"specs": [{"name": s.name, "workdir": str(s.workdir), "method": s.method, "lr": s.lr, "seed": s.seed}
-                       for s in specs]}
+                       for s in specs], **({"prior": a.prior} if a.prior else {})}
     written = []
     for axis, out, runs, markers, info, detail in computed:
         os.makedirs(out, exist_ok=True)

@@ -263,6 +263,22 @@ def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
     return out
 
 
+def prior_runs(folder: str | os.PathLike, rel: str, axis: Axis) -> list[Run]:
+    """The curves of an earlier frontier (tools/recipe_frontier.py's folder, `rel` the sub-folder
+    of this axis: "" or by_set/SET or a further new set's), to stand beside new runs whose recipe
+    WORKDIRs the earlier ones no longer have. Its axis must be this one: the same old sets, the same new."""
+    path = Path(folder) / rel / "frontier.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--prior {folder}: no {path} (an earlier tools/recipe_frontier.py --out folder, "
+                                "with the same --old, --new and --also-new)")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if (tuple(doc.get("old", ())), doc.get("new")) != (axis.old, axis.new):
+        raise ValueError(f"--prior {path}: its axis is old {doc.get('old')} / new {doc.get('new')}, "
+                         f"not old {list(axis.old)} / new {axis.new}")
+    return [Run(r["method"], float(r["lr"]), int(r["seed"]), tuple((float(a), float(b)) for a, b in r["curve"]))
+            for r in doc["runs"]]
+
+
 def final_table(specs: list[Spec], sets: tuple[str, ...], base: str | os.PathLike | None = None) -> str:
     """Markdown: every run's last evaluation, each set's bits-per-byte change against the base
     (loss ratio - 1, the same windows; `base`'s iteration 0 for a run that skipped its own, as

@@ -228,3 +228,33 @@ def test_seeds_english_sets_a_second_korean_axis_and_route_from_preserves_record
     assert "score other windows than the run evaluated" in capsys.readouterr().err
     final = (out / "final.md").read_text()
     assert "| full | 0.001 | 1 | 3 | +10.0% | +10.0% | -11.0% |" in final.replace(" |  |", " |"), final
+
+
+def test_prior_curves_stand_beside_new_runs_in_every_table(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """--prior: an earlier frontier's curves (its WORKDIRs gone) join new runs' in the main table
+    and in each by_set table, each from its own sub-folder; a run in both, or another axis, is an error."""
+    root = _workdir(tmp_path / "wd")
+    tool = _tool()
+    first, second = tmp_path / "first", tmp_path / "second"
+    old = ["--levels", "0.1", "0.4", "--old", "en", "en_modern", "--"]
+    assert tool.main(["--out", str(first), *old, f"{root}:full:1e-3"]) == 0
+    assert tool.main(["--out", str(second), "--prior", str(first), *old, f"{root}:scale-preserve:1e-3"]) == 0
+    for rel in (".", "by_set/en", "by_set/en_modern"):
+        one, two = (json.loads((f / rel / "frontier.json").read_text()) for f in (first, second))
+        assert [r for r in two["runs"] if r["method"] == "full"] == one["runs"]  # the earlier curve, as it was
+        assert sorted(r["method"] for r in two["runs"]) == ["full", "scale-preserve"]
+        assert two["summary"]["full"] == one["summary"]["full"]  # its cells recompute from the curve alone
+    assert json.loads((second / "frontier.json").read_text())["prior"] == str(first)
+    with pytest.raises(SystemExit):  # full given again beside the prior that holds it
+        tool.main(["--out", str(tmp_path / "x"), "--prior", str(first), *old, f"{root}:full:1e-3"])
+    assert "holds runs given again: [('full', 0.001, " in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the earlier frontier's retention is not English alone
+        tool.main(["--out", str(tmp_path / "y"), "--prior", str(first), "--levels", "0.1", "--", f"{root}:scale-preserve:1e-3"])
+    assert "its axis is old ['en', 'en_modern'] / new ko, not old ['en'] / new ko" in capsys.readouterr().err
+
+
+def test_prior_runs_name_a_missing_folder(tmp_path: Path) -> None:
+    from megatron_scale.reports.recipe_frontier import Axis, prior_runs
+
+    with pytest.raises(FileNotFoundError, match=r"--prior .*nowhere: no .*frontier\.json"):
+        prior_runs(tmp_path / "nowhere", ".", Axis.of("en", "ko"))
