@@ -41,7 +41,11 @@ from typing import Any
 
 import bench_profile  # tools/bench_profile.py: run as a script, this file's folder is sys.path[0]
 
-METHODS = ("full_ft", "dense_up", "preserve", "adapt")
+METHODS = ("full_ft", "dense_up", "preserve", "adapt", "preserve_rows", "preserve_gate")
+# issue 45's variants of Preserve, model scope only (both act on the output layer): the gate at the
+# biography setting; the rows a script's share of SmolLM2's (89 of 49,152, every 552nd row here)
+VARIANTS = {"preserve_rows": {}, "preserve_gate": {"gate_statistic": "max-prob", "gate_tau": 0.8, "gate_temperature": 0.05}}
+ROW_STRIDE = 552
 
 
 def _rss_kib(field: str) -> int:
@@ -80,9 +84,19 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     if method in ("full_ft", "dense_up"):
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
-    scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt)
+    scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt,
+                        **VARIANTS.get(method, {}))
     args = _architecture(a, layers, up=False)
-    return build_model(args, Scale.of(scale, args), kernels=kernels)
+    model = build_model(args, Scale.of(scale, args), kernels=kernels)
+    if method == "preserve_rows":
+        import torch
+
+        from megatron_scale.model.layers.heads import output_layers
+        from megatron_scale.model.layers.output_rows import scope_output_rows
+
+        layer = output_layers(model)[0]
+        scope_output_rows(output_layers(model), torch.arange(layer.vocab_local * layer.tp_size) % ROW_STRIDE == 0)
+    return model
 
 
 def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, list[Any], Any]:
@@ -245,6 +259,7 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
     from megatron_scale.model import flops
 
     shape = _shape(a)
+    method = "preserve" if method in VARIANTS else method  # the gate's statistic and the rows' hook: O(V) per token
     if scope == "layer":
         return flops.layer_flops(method, shape, a.seq)
     return flops.model_flops(method, shape, a.seq, a.layers, a.vocab, adapt_layers=a.layers - a.layers // 2)
@@ -326,6 +341,9 @@ def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         check_te_flags(a.transformer_impl, a.fp8_format, a.fp8_recipe, a.bf16, a.device)
     except ValueError as e:
         ap.error(str(e))
+    variants = sorted(set(a.methods) & set(VARIANTS))
+    if variants and "layer" in a.scopes:
+        ap.error(f"--methods {' '.join(variants)}: the variants act on the output layer; give --scopes model")
 
 
 def main(argv: list[str] | None = None) -> None:
