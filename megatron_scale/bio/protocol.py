@@ -29,7 +29,7 @@ from typing import Any
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
-from megatron_scale.bio.variant import variant_tag
+from megatron_scale.bio.variant import GATE, gate_of, variant_tag
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale import method_catalog as catalog
 from megatron_scale.artifacts import atomic_write
@@ -114,8 +114,7 @@ class Settings:
         if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
             raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
         if self.gate_statistic is not None:
-            check_gate(self.gate_statistic, 0.5 if self.gate_tau is None else self.gate_tau,
-                       0.05 if self.gate_temperature is None else self.gate_temperature, self.gate_direction or "above")
+            check_gate(*gate_of(vars(self)))
         if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
             raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
 
@@ -267,7 +266,6 @@ class StageMismatch(ValueError):
     """An --out folder holds a stage made with other settings."""
 
 
-GATE = ("gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
 STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
 # settings of task 1 alone: the pre-training and task-0 stages do not depend on them
 TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "eval_dense_gap", "task1_stop_at",

@@ -8,6 +8,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from megatron_scale import method_catalog as catalog
+from megatron_scale.scale_config import ScaleConfig
+
+GATE = ("gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
+
+
+def gate_of(settings: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The gate's (statistic, tau, temperature, direction) of `settings`, ScaleConfig's default
+    (the training entry's) where a field is None."""
+    default = ScaleConfig()
+    return tuple(getattr(default, k) if settings.get(k) is None else settings[k] for k in GATE)
 
 
 def variant_tag(settings: Mapping[str, Any], method: str) -> str:
@@ -15,9 +25,7 @@ def variant_tag(settings: Mapping[str, Any], method: str) -> str:
     and filed under beside the method's name: "" for the paper's method; for a SCALE method trained
     through a gate "+gate-STAT-TAU-T-DIRECTION" (a stage's file name, its curve's name), so gated and
     ungated runs of one method can share a folder and a table."""
-    stat = settings.get("gate_statistic")
-    if not stat or stat == "none" or not catalog.method(method).upscaled:
+    stat, tau, temp, direction = gate_of(settings)
+    if stat == "none" or not catalog.method(method).upscaled:
         return ""
-    tau = 0.5 if settings.get("gate_tau") is None else settings["gate_tau"]
-    temp = 0.05 if settings.get("gate_temperature") is None else settings["gate_temperature"]
-    return f"+gate-{stat}-{tau:g}-{temp:g}-{settings.get('gate_direction') or 'above'}"
+    return f"+gate-{stat}-{tau:g}-{temp:g}-{direction}"
