@@ -4,7 +4,9 @@ A 2026-11-29 rewrite of the lost original (an old `.gitignore` pattern `runs/` k
 git); it reproduces the notes' numbers, "+0.009 [+0.003, +0.019] ... single points -0.017 to
 +0.034", except the last: the largest single point is exactly 1/30 and prints as +0.033.
 
-What it computes, per seed (1234, 1235, 1236) and per full-fine-tuning LR (6 in each):
+What it computes, per seed (1234, 1235, 1236) and per full-fine-tuning LR (seven: 3e-06 to 3e-03;
+`--full-lrs 1e-05 3e-05 0.0001 0.0003 0.001 0.003` gives the notes' first figure, over the six LRs
+run before 3e-06 was added on 2026-11-29):
 - the control point: from `seed<N>/stages/task1_full_lr<LR>.json`, `result.final_records` (the
   run's last evaluation), each probe is answered by the task-0 model z_p (`correct_p`) where z_p's
   max-prob (`stat/max-prob`) >= 0.8, the gate's own statistic and tau, and by the fully
@@ -23,22 +25,23 @@ per-seed means, and the min and max over single points. Every control point lies
 alone (the notes' "gated Preserve (1e-3)") gives the same summary to three decimals; it is
 printed too.
 
-    .venv/bin/python results/2026-11-28-biography-frontier-v2/runs/gate_control.py [FOLDER]
+    .venv/bin/python results/2026-11-28-biography-frontier-v2/runs/gate_control.py [FOLDER] [--full-lrs LR ...]
 
 FOLDER: the frontier's folder (default: this script's parent folder).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 from megatron_scale.reports.frontier import Point, cell_at
 
 SEEDS = (1234, 1235, 1236)
-FULL_LRS = ("1e-05", "3e-05", "0.0001", "0.0003", "0.001", "0.003")
+# the six LRs of 2026-11-28 (the notes' +0.009); 3e-06 was added on 2026-11-29 (+0.010, notes.md)
+FULL_LRS = ("3e-06", "1e-05", "3e-05", "0.0001", "0.0003", "0.001", "0.003")
 GATED_LRS = ("0.001", "0.003")
 GATED = "task1_scale-preserve+gate-max-prob-0.8-0.05-above_lr{}.json"
 TAU = 0.8
@@ -76,7 +79,7 @@ def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):+.3f} [{min(values):+.3f}, {max(values):+.3f}]"
 
 
-def main(folder: Path) -> None:
+def main(folder: Path, full_lrs: tuple[str, ...] = FULL_LRS) -> None:
     print("| seed | full-FT LR | control task 1 | control task 0 | gated task 0 (LR) | gated - control |")
     print("|---|---|---|---|---|---|")
     diffs: dict[int, list[float]] = {}
@@ -85,7 +88,7 @@ def main(folder: Path) -> None:
     for seed in SEEDS:
         stages = folder / f"seed{seed}" / "stages"
         curves = {lr: gated_curve(stages / GATED.format(lr)) for lr in GATED_LRS}
-        for lr in FULL_LRS:
+        for lr in full_lrs:
             t1, t0 = control_point(stages / f"task1_full_lr{lr}.json")
             best = gated_at(curves, t1)
             if best is None:
@@ -107,4 +110,9 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", nargs="?", type=Path, default=Path(__file__).resolve().parents[1])
+    ap.add_argument("--full-lrs", nargs="+", default=FULL_LRS,
+                    help="the full-fine-tuning stages' LRs, as in their file names (default: all seven)")
+    a = ap.parse_args()
+    main(a.folder, tuple(a.full_lrs))
