@@ -4,7 +4,9 @@
 set -euo pipefail
 : "${ROOT:=/work/runs/smol}"
 OUT=${1:-results/2026-11-29-smollm2-lr-grid}
-F=$ROOT/fr
+# each run's metrics.jsonl is kept beside this script (runs/fr/TAG/runs/RUN/), so the tables recompute
+# from the repository; ROOT=/work/runs/smol F=$ROOT/fr reads the WORKDIRs themselves
+: "${F:=$(dirname "$0")/fr}"
 runs=()
 for spec in "full1e-3:full:1e-3" "full1e-5:full:1e-5" "preserve3e-3:scale-preserve:3e-3" \
             "scale-preserve-hangul-rows=rows1e-2:scale-preserve:1e-2" \
