@@ -94,8 +94,8 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
         from megatron_scale.model.layers.heads import output_layers
         from megatron_scale.model.layers.output_rows import scope_output_rows
 
-        layer = output_layers(model)[0]
-        scope_output_rows(output_layers(model), torch.arange(layer.vocab_local * layer.tp_size) % ROW_STRIDE == 0)
+        layers = output_layers(model)
+        scope_output_rows(layers, torch.arange(layers[0].vocab_local * layers[0].tp_size) % ROW_STRIDE == 0)
     return model
 
 

@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
             runs += routed + more
             if a.prior:
-                old = prior_runs(a.prior, os.path.relpath(out, a.out), axis)
-                clash = {(r.method, r.lr, r.seed) for r in runs} & {(r.method, r.lr, r.seed) for r in old}
+                earlier = prior_runs(a.prior, os.path.relpath(out, a.out), axis)
+                clash = {(r.method, r.lr, r.seed) for r in runs} & {(r.method, r.lr, r.seed) for r in earlier}
                 if clash:
                     raise ValueError(f"--prior {a.prior} holds runs given again: {sorted(clash)}")
-                runs += old
+                runs += earlier
             computed.append((axis, out, runs, markers, info, detail))
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
