@@ -58,6 +58,9 @@ class Action:
     """A Command to run, or a message saying why nothing needs running."""
     key: str
     """What it writes, as a lock name ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
+    home: Path | None = None
+    """Where its lock and completion record live when not in $WORKDIR (HOME/locks, HOME/records):
+    a DATA_DIR outside $WORKDIR, for the data step."""
     part: str
     """The job of an ARRAY=1 submission that runs it: "prepare", its method, or "report"."""
     work: Callable[[], int] = lambda: 1

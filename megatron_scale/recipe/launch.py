@@ -4,8 +4,8 @@ srun under Slurm or torchrun on this machine, stopped, saved and requeued the wa
     examples/scale_korean.sh CONFIG  ->  exec python -m megatron_scale.recipe run
 
 For each action: its step's header (with where the job is and an estimate of the time left,
-progress.py), its lock ($WORKDIR/locks, lock.py; while another job holds it, LOCK_POLL seconds'
-wait), then its decision under the lock: skipped when done, else its Command launched (srun or
+progress.py), its lock ($WORKDIR/locks, or a shared DATA_DIR's own for the data step; lock.py;
+while another job holds it, LOCK_POLL seconds' wait), then its decision under the lock: skipped when done, else its Command launched (srun or
 torchrun, command.py) and waited for. A step that fails ends the job with its exit status.
 
 Stopping early (docs/recipe.md, "Requeue and pre-emption"):
@@ -67,7 +67,9 @@ class Launcher:
         self.s, self.launch, self.part, self.spawn, self.sleep = s, launch, part, spawn, sleep
         self.env = launch.step_env(env)
         self.todo = actions(s, part)
-        self.locks = Locks(s.workdir / "locks", holder_of(self.env))
+        me = holder_of(self.env)
+        # $WORKDIR/locks, and a DATA_DIR's own outside it (Action.home)
+        self.locks = {home: Locks(home / "locks", me) for home in {s.workdir, *(a.home for a in self.todo if a.home)}}
         self.timings = Timings(s.workdir)
         self.started_at = job_start(self.env)
         self.step: Any = None  # the running step's process
@@ -78,7 +80,7 @@ class Launcher:
         """Action k (1-based), the previous one having ended: its step's header (before the step's
         first action), its lock (waiting while another job holds it), then, under the lock, None
         when it is done (the lock released, saying why) or the Command to launch (timed from now)."""
-        self.locks.release_all()
+        self._release_all()
         if k > 1:
             self._ended(self.todo[k - 2])
         action = self.todo[k - 1]
@@ -88,15 +90,16 @@ class Launcher:
             progress = where(action.step, last, self.started_at, left, unknown)
             say(f"\n==> [{time.strftime('%H:%M:%S')}] step {action.step}: {action.title}\n    {progress}")
         waited = False
-        while (holder := self.locks.acquire(action.key)) is not None:
+        locks = self._locks(action)
+        while (holder := locks.acquire(action.key)) is not None:
             if not waited:
-                say(f"waiting: {holder} is doing this ({self.locks.path(action.key)}); looking again every "
+                say(f"waiting: {holder} is doing this ({locks.path(action.key)}); looking again every "
                     f"{self.s.lock_poll} s (delete that file only if its job is gone)")
             waited = True
             self._pause(self.s.lock_poll)
         got = action.resolve()
         if isinstance(got, str):
-            self.locks.release(action.key)
+            locks.release(action.key)
             say(f"skipped, done before: {got}")
             return None
         if got.note:
@@ -116,7 +119,7 @@ class Launcher:
 
     def end(self) -> None:
         """After the last action: its time kept, the locks released, where the outputs are."""
-        self.locks.release_all()
+        self._release_all()
         if self.todo:
             self._ended(self.todo[-1])
         w = self.s.workdir
@@ -131,12 +134,19 @@ class Launcher:
     def finish(self, k: int, status: int) -> None:
         """The launcher ends at action k (len + 1: after the last) with `status`: this job's locks
         released, the action's time kept if it is done, and in an ARRAY=1 job how its part ended."""
-        self.locks.release_all()
+        self._release_all()
         if 1 <= k <= len(self.todo):
             self._ended(self.todo[k - 1])
         if self.part:
             step = f"{self.todo[k - 1].step}: {self.todo[k - 1].title}" if 1 <= k <= len(self.todo) else "(none)"
             record_exit(self.s, self.part, step, status, finished=k > len(self.todo), env=self.env)
+
+    def _locks(self, action: Action) -> Locks:
+        return self.locks[action.home or self.s.workdir]
+
+    def _release_all(self) -> None:
+        for locks in self.locks.values():
+            locks.release_all()
 
     # ---- the whole job -----------------------------------------------------------------------
     def main(self, restore_signals: bool = True) -> int:
@@ -154,12 +164,13 @@ class Launcher:
                 if command is None:
                     continue
                 if command.outputs:  # what a stopped run left (the tools refuse to overwrite it)
-                    records.clear(self.s.workdir, self.todo[k - 1].key, command.outputs)
+                    records.clear(self.s.workdir, self.todo[k - 1].key, command.outputs, self.todo[k - 1].home)
                 rc = self._launch(command)
                 if rc != 0:
                     raise Stop(rc)
                 if command.outputs:  # written last: the outputs are whole (recipe/records.py)
-                    records.write(self.s.workdir, self.todo[k - 1].key, command.args, command.outputs)
+                    records.write(self.s.workdir, self.todo[k - 1].key, command.args, command.outputs,
+                                  self.todo[k - 1].home)
                 if command.kind == "train" and not self.check(k):
                     self.requeue = True  # pre-emption's notice (or a user's TERM) reached the tasks, not the launcher
                     self._stop("the training stopped before its last iteration (a signal to its tasks, or "

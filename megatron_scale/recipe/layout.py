@@ -53,6 +53,9 @@ class Layout:
             self.extra_raw = dict(item.split("=", 1) for item in (*s.extra_eval, *s.new_eval))
             self.extra = {name: d / f"{name}_eval_text_document" for name in self.extra_raw}
         self.new_extra = [item.split("=", 1)[0] for item in s.new_eval]  # of self.extra: new-domain sets
+        self.data_home = None if d.resolve().is_relative_to(w.resolve()) else d
+        """Where the data step's locks and completion records live: None, $WORKDIR's; a DATA_DIR
+        outside $WORKDIR (which jobs with other WORKDIRs share) holds its own."""
         self.router = catalog.router(s.methods) if s.route_sweep else None
         """The method whose router the recipe sweeps after it trains (ROUTE_SWEEP=1), if any."""
 

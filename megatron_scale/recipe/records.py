@@ -7,7 +7,10 @@ makes. After that command exits 0 the launcher writes `$WORKDIR/records/<key>.js
 and durably: artifacts.atomic_write): every file of every output with its size, the sha256 of
 each file up to 1 MiB (configs, tokenizers, indices, checkpoint metadata), and the settings that
 made them: the command's arguments, $WORKDIR written as `$WORKDIR` so a moved work folder still
-matches. `check` is the step's "done?":
+matches. The datasets of a DATA_DIR outside $WORKDIR are recorded in `$DATA_DIR/records/` instead
+(and locked in `$DATA_DIR/locks/`): jobs with other WORKDIRs share them, so a second job finds them
+done, or waits for the one making them, and never clears them from under a job reading them.
+`check` is the step's "done?":
 
     no output, no record                    to do (nothing said)
     an output without its record            one line, "... has no completion record ...: redoing it"
@@ -43,8 +46,10 @@ SMALL = 1 << 20
 """Files up to this size are recorded with their sha256 too (the rest by size)."""
 
 
-def record_path(workdir: Path, key: str) -> Path:
-    return Path(workdir) / "records" / f"{key}.json"
+def record_path(workdir: Path, key: str, home: Path | None = None) -> Path:
+    """`home`/records/KEY.json: home is $WORKDIR, or the folder of outputs that jobs with other
+    WORKDIRs share (a DATA_DIR outside it: layout.py's Layout.data_home)."""
+    return Path(home or workdir) / "records" / f"{key}.json"
 
 
 def _settings(workdir: Path, args: tuple[str, ...]) -> list[str]:
@@ -69,12 +74,12 @@ def describe(workdir: Path, outputs: tuple[str, ...]) -> dict[str, Any]:
     return {_settings(workdir, (o,))[0]: _files(Path(o)) for o in outputs}
 
 
-def write(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ...]) -> Path:
+def write(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ...], home: Path | None = None) -> Path:
     """The record of `outputs`, made by a command with `args`, written last (after they are whole)."""
     missing = [o for o in outputs if not Path(o).exists()]
     if missing:
         raise SettingsError(f"{key}: the step exited 0 but did not write {', '.join(missing)}")
-    path = record_path(workdir, key)
+    path = record_path(workdir, key, home)
     record = {"key": key, "settings": _settings(workdir, args), "outputs": describe(workdir, outputs)}
     atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
@@ -105,10 +110,11 @@ def _setting_difference(recorded: list[str], now: list[str]) -> str:
     return f"recorded {' '.join(recorded)}; now {' '.join(now)}"
 
 
-def check(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ...]) -> tuple[bool, str]:
+def check(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ...],
+          home: Path | None = None) -> tuple[bool, str]:
     """(done, what to say): done with its record; or to do, with the one line that says why
     ("" when nothing was there). Raises SettingsError on a record made with other settings."""
-    path = record_path(workdir, key)
+    path = record_path(workdir, key, home)
     present = [o for o in outputs if Path(o).exists() or Path(o).is_symlink()]
     names = ", ".join(present or outputs)
     try:
@@ -136,10 +142,10 @@ def check(workdir: Path, key: str, args: tuple[str, ...], outputs: tuple[str, ..
     return True, ""
 
 
-def clear(workdir: Path, key: str, outputs: tuple[str, ...]) -> None:
+def clear(workdir: Path, key: str, outputs: tuple[str, ...], home: Path | None = None) -> None:
     """Remove the record, then what is left of `outputs`, before they are made again (under the
     action's lock: nobody else is writing them)."""
-    record_path(workdir, key).unlink(missing_ok=True)
+    record_path(workdir, key, home).unlink(missing_ok=True)
     for o in map(Path, outputs):
         if o.is_dir() and not o.is_symlink():
             shutil.rmtree(o)

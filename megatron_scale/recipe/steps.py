@@ -14,7 +14,9 @@ and the interrupted run continues from `--load` of its own save directory. Wheth
 done is the file's own "is it current?" (megatron_scale/artifacts.py) where a later step reads it.
 
 Each action also names what it writes (`key`, its lock in $WORKDIR/locks: the launcher decides
-and runs it under that lock, so jobs sharing a WORKDIR never do one action twice at once) and
+and runs it under that lock, so jobs sharing a WORKDIR never do one action twice at once; the
+data step's lock and records are in DATA_DIR when it lies outside $WORKDIR, so jobs with other
+WORKDIRs that share a DATA_DIR make each dataset once and never clear one another's) and
 the job of an ARRAY=1 submission that runs it (`part`: "prepare", its method, or "report";
 megatron_scale/recipe/array.py). This module holds the steps up to training; evaluate.py those
 after it; layout.py where everything lives.
@@ -38,12 +40,18 @@ __all__ = ["Action", "Command", "actions"]
 Resolve = Callable[[], Command | str]
 
 
-def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object) -> Command | str:
-    """`done` when the outputs' completion record (recipe/records.py) says they are whole and made
-    with `command`'s settings; else `command`, to make them, saying why in one line when something
-    was there. A record made with other settings is refused (SettingsError)."""
+DATA = "data"
+"""The data step's title: its actions' locks and records live in Layout.data_home when it is set."""
+
+
+def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object,
+             home: Path | None = None) -> Command | str:
+    """`done` when the outputs' completion record (recipe/records.py; in `home`/records when not
+    $WORKDIR's) says they are whole and made with `command`'s settings; else `command`, to make
+    them, saying why in one line when something was there. A record made with other settings is
+    refused (SettingsError)."""
     command = replace(command, outputs=tuple(map(str, outputs)))
-    ok, why = records.check(r.s.workdir, key, command.args, command.outputs)
+    ok, why = records.check(r.s.workdir, key, command.args, command.outputs, home)
     if ok:
         return done
     return replace(command, note=why) if why else command
@@ -60,7 +68,8 @@ def data(r: Layout) -> list[tuple[str, Resolve]]:
         def demo() -> Command | str:
             made = (r.en_train, r.ko_train, r.ko_eval, r.en_eval, *r.extra.values())
             return recorded(r, "data", single("tools/prepare_demo_data.py", "--output-dir", s.data_dir),
-                            f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)))
+                            f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)),
+                            home=r.data_home)
         return [("data", demo)]
     sources = ((r.ko_train, s.ko_train_input), (r.ko_eval, s.ko_eval_input), (r.en_eval, s.en_eval_input),
                *((r.extra[name], raw) for name, raw in r.extra_raw.items()))
@@ -76,7 +85,8 @@ def demo_corpora(r: Layout) -> Command | str:
     names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
              "ko_rnd_valid")
     return recorded(r, "data-demo-raw", single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger"),
-                    f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names))
+                    f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names),
+                    home=r.data_home)
 
 
 def demo_model(r: Layout) -> Command | str:
@@ -100,7 +110,7 @@ def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
         return recorded(r, f"data-{Path(prefix).name}", single(
             "tools/preprocess_data.py", "--input", raw, "--output-prefix", out, "--tokenizer-type",
             "HuggingFaceTokenizer", "--tokenizer-model", r.tokenizer, *r.s.preprocess_flags),
-            f"dataset {prefix} ready", *_pair(prefix))
+            f"dataset {prefix} ready", *_pair(prefix), home=r.data_home)
     return resolve
 
 
@@ -158,11 +168,11 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
     r = Layout(s, side_by_side=part is not None)
     # (lock key, resolve[, its part when not the step's]) of each action of one step
     Todo = list[tuple[str, Resolve] | tuple[str, Resolve, str]]
-    steps: list[tuple[str, str, Todo]] = []
+    steps: list[tuple[str, str, Todo]] = []  # (title, part, its actions)
     if s.demo_model:  # before the data: preprocessing reads its tokenizer
         steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", "prepare",
                       [("demo-model", lambda: demo_model(r))]))
-    steps.append(("data", "prepare", data(r)))
+    steps.append((DATA, "prepare", data(r)))
     if s.from_scratch:
         steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
                       "prepare", [("base", lambda: pretrain_base(r))]))
@@ -205,7 +215,7 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
         return lambda: max(0, iters - artifacts.saved_iterations(run))
 
     listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where,
-                     work=work(item[0]))
+                     work=work(item[0]), home=r.data_home if title == DATA else None)
               for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
     return [a for a in listed if part is None or a.part == part]
 

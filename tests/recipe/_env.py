@@ -61,5 +61,5 @@ def made(s: Settings, key: str) -> Command:
     command = action.resolve()
     assert isinstance(command, Command) and command.outputs, (key, command)
     make_outputs(command)
-    records.write(s.workdir, key, command.args, command.outputs)
+    records.write(s.workdir, key, command.args, command.outputs, action.home)
     return command

@@ -18,6 +18,7 @@ from megatron_scale.recipe.__main__ import main
 from megatron_scale.recipe.array import part_of
 from megatron_scale.recipe.command import RANK_SHELL, Command, Launch
 from megatron_scale.recipe.launch import Launcher
+from megatron_scale.recipe.lock import Locks
 from megatron_scale.recipe.settings import Settings
 from tests.recipe._env import flag, made
 
@@ -104,8 +105,10 @@ class Tools:
     """Every process the launcher starts, faked: each writes what its tool would, enough for the
     next step to see it done. `during(argv)` runs while a process runs (a signal, a crash)."""
 
-    def __init__(self, work: Path, during: Callable[[list[str]], int | None] = lambda argv: None) -> None:
+    def __init__(self, work: Path, during: Callable[[list[str]], int | None] = lambda argv: None,
+                 data: Path | None = None) -> None:
         self.work, self.during, self.launched, self.signals = work, during, [], []
+        self.data = data or work / "data"
 
     def __call__(self, argv: list[str], env: dict[str, str]) -> Tools:
         self.launched.append(argv)
@@ -115,7 +118,7 @@ class Tools:
     def wait(self) -> int:
         argv = self.argv
         rc = self.during(argv)
-        data = self.work / "data"
+        data = self.data
         if "tools/prepare_demo_data.py" in argv:
             data.mkdir(parents=True, exist_ok=True)
             (data / "tokenizer").mkdir(exist_ok=True)
@@ -161,6 +164,46 @@ def test_the_whole_job_runs_each_step_once_and_a_second_run_skips_them(tmp_path:
     again = Tools(tmp_path)
     assert _launcher(_env(tmp_path), again).main() == 0 and again.launched == []
     assert capsys.readouterr().err.count("skipped, done before:") == 5
+
+
+def test_jobs_of_other_workdirs_make_a_shared_data_dir_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """DATA_DIR outside WORKDIR: its datasets' lock and completion record are its own, so a job with
+    another WORKDIR finds them done instead of clearing and re-making them under a job reading
+    them (three recipe runs launched side by side once removed one another's files), and waits
+    while another job is making them."""
+    shared = tmp_path / "shared"
+    first = Tools(tmp_path / "a", data=shared)
+    assert _launcher(_env(tmp_path / "a", DATA_DIR=str(shared)), first).main() == 0
+    assert "tools/prepare_demo_data.py" in first.launched[0]
+    assert (shared / "records" / "data.json").is_file() and not (tmp_path / "a" / "records" / "data.json").exists()
+    assert not list((shared / "locks").glob("*.lock"))
+    made = {p.name: p.stat().st_ino for p in shared.iterdir() if p.is_file()}
+    second = Tools(tmp_path / "b", data=shared)
+    assert _launcher(_env(tmp_path / "b", DATA_DIR=str(shared)), second).main() == 0
+    assert [a[1] for a in second.launched if "megatron_scale.train" not in a][:1] == ["tools/text_bytes.py"]
+    assert f"skipped, done before: demo corpora ready in {shared}" in capsys.readouterr().err
+    assert {p.name: p.stat().st_ino for p in shared.iterdir() if p.is_file()} == made  # not cleared, not redone
+
+    # a third job waits while another holds the shared lock, then decides under it
+    (shared / "records" / "data.json").unlink()
+    monkeypatch.setattr("megatron_scale.recipe.lock.slurm_job_running", lambda job: job == "20")
+    other = Locks(shared / "locks", "slurm:20")
+    assert other.acquire("data") is None
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if sum(naps) >= 2:
+            other.release("data")
+
+    env = _env(tmp_path / "c", DATA_DIR=str(shared), SLURM_JOB_ID="21", LOCK_POLL="1")
+    s = Settings.from_env(env)
+    got = Launcher(s, Launch.from_env(env), env, part_of(s, env), sleep=sleep).begin(1)
+    assert f"waiting: slurm:20 is doing this ({shared / 'locks' / 'data.lock'})" in capsys.readouterr().err
+    assert isinstance(got, Command) and got.args[0] == "tools/prepare_demo_data.py"  # no record: made again
+    assert json.loads((shared / "locks" / "data.lock").read_text())["holder"] == "slurm:21"
+    assert not (tmp_path / "c" / "locks" / "data.lock").exists()
 
 
 def test_a_training_stopped_by_its_tasks_ends_the_job_and_the_next_run_resumes(
