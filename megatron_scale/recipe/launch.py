@@ -5,8 +5,9 @@ srun under Slurm or torchrun on this machine, stopped, saved and requeued the wa
 
 For each action: its step's header (with where the job is and an estimate of the time left,
 progress.py), its lock ($WORKDIR/locks, or a shared DATA_DIR's own for the data step; lock.py;
-while another job holds it, LOCK_POLL seconds' wait), then its decision under the lock: skipped when done, else its Command launched (srun or
-torchrun, command.py) and waited for. A step that fails ends the job with its exit status.
+while another job holds it, LOCK_POLL seconds' wait), then its decision under the lock: skipped
+when done, else its Command launched (srun or torchrun, command.py) and waited for. A step that
+fails ends the job with its exit status.
 
 Stopping early (docs/recipe.md, "Requeue and pre-emption"):
 - SIGUSR1 to the launcher (`#SBATCH --signal=B:USR1@300`: the time limit is near): the running
