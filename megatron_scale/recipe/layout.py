@@ -53,11 +53,17 @@ class Layout:
             self.extra_raw = dict(item.split("=", 1) for item in (*s.extra_eval, *s.new_eval))
             self.extra = {name: d / f"{name}_eval_text_document" for name in self.extra_raw}
         self.new_extra = [item.split("=", 1)[0] for item in s.new_eval]  # of self.extra: new-domain sets
-        self.data_home = None if d.resolve().is_relative_to(w.resolve()) else d
+        self.data_home = self._home(d)
         """Where the data step's locks and completion records live: None, $WORKDIR's; a DATA_DIR
         outside $WORKDIR (which jobs with other WORKDIRs share) holds its own."""
+        self.model_home = self._home(Path(s.hf_model).parent) if s.demo_model else None
+        """The same for DEMO_MODEL=1's folder: the folder holding HF_MODEL, when outside $WORKDIR."""
         self.router = catalog.router(s.methods) if s.route_sweep else None
         """The method whose router the recipe sweeps after it trains (ROUTE_SWEEP=1), if any."""
+
+    def _home(self, folder: Path) -> Path | None:
+        """`folder` when it lies outside $WORKDIR (jobs of other WORKDIRs may share what it holds)."""
+        return None if folder.resolve().is_relative_to(self.s.workdir.resolve()) else folder
 
     def run_dir(self, method: str) -> Path:
         """A method's continued run ($WORKDIR/runs/METHOD, or METHOD-seedSEED with SEED)."""

@@ -15,8 +15,9 @@ done is the file's own "is it current?" (megatron_scale/artifacts.py) where a la
 
 Each action also names what it writes (`key`, its lock in $WORKDIR/locks: the launcher decides
 and runs it under that lock, so jobs sharing a WORKDIR never do one action twice at once; the
-data step's lock and records are in DATA_DIR when it lies outside $WORKDIR, so jobs with other
-WORKDIRs that share a DATA_DIR make each dataset once and never clear one another's) and
+data step's lock and records are in DATA_DIR when it lies outside $WORKDIR, and the demo model's
+beside HF_MODEL, so jobs with other WORKDIRs that share them make each once and never clear one
+another's) and
 the job of an ARRAY=1 submission that runs it (`part`: "prepare", its method, or "report";
 megatron_scale/recipe/array.py). This module holds the steps up to training; evaluate.py those
 after it; layout.py where everything lives.
@@ -94,7 +95,7 @@ def demo_model(r: Layout) -> Command | str:
     it against transformers' GGUF load and writes the folder only when complete)."""
     folder = Path(r.s.hf_model)
     return recorded(r, "demo-model", single("tools/prepare_demo_model.py", "--output-dir", folder),
-                    f"demo model ready: {folder}", folder)
+                    f"demo model ready: {folder}", folder, home=r.model_home)
 
 
 def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
@@ -214,8 +215,9 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
             return lambda: 1
         return lambda: max(0, iters - artifacts.saved_iterations(run))
 
+    homes = {"demo-model": r.model_home}  # the data step's: r.data_home
     listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where,
-                     work=work(item[0]), home=r.data_home if title == DATA else None)
+                     work=work(item[0]), home=r.data_home if title == DATA else homes.get(item[0]))
               for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
     return [a for a in listed if part is None or a.part == part]
 
