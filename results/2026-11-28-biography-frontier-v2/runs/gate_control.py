@@ -12,11 +12,12 @@ run before 3e-06 was added on 2026-11-29):
   max-prob (`stat/max-prob`) >= 0.8, the gate's own statistic and tau, and by the fully
   fine-tuned model (`correct_a`) elsewhere; the point is (task-1 accuracy, task-0 accuracy) of
   that routed pair, over all task-1 and all task-0 probes;
-- the gated model's task-0 accuracy at the control's task-1 accuracy: each of its two runs
-  (`task1_scale-preserve+gate-max-prob-0.8-0.05-above_lr{0.001,0.003}.json`,
+- the gated model's task-0 accuracy at the control's task-1 accuracy: each of its runs
+  (`task1_scale-preserve+gate-max-prob-0.8-0.05-above_lr{0.001,0.003}.json`, and for seed 1234
+  `..._lr0.0003.json`, run on 2026-11-29; `--gated-lrs` restricts them),
   `result.accuracy.{task1,task0}` along training) read with the frontier's `cell_at`
   (megatron_scale/reports/frontier.py: linear between the two evaluations that bracket the level,
-  best over crossings), then the best of the two LRs; a point that neither gated curve reaches
+  best over crossings), then the best over the LRs; a point that neither gated curve reaches
   is skipped and listed;
 - their difference (gated - control).
 Then per seed the mean difference over its points, over seeds the mean [min, max] of those
@@ -42,7 +43,6 @@ from megatron_scale.reports.frontier import Point, cell_at
 SEEDS = (1234, 1235, 1236)
 # the six LRs of 2026-11-28 (the notes' +0.009); 3e-06 was added on 2026-11-29 (+0.010, notes.md)
 FULL_LRS = ("3e-06", "1e-05", "3e-05", "0.0001", "0.0003", "0.001", "0.003")
-GATED_LRS = ("0.001", "0.003")
 GATED = "task1_scale-preserve+gate-max-prob-0.8-0.05-above_lr{}.json"
 TAU = 0.8
 
@@ -79,7 +79,13 @@ def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):+.3f} [{min(values):+.3f}, {max(values):+.3f}]"
 
 
-def main(folder: Path, full_lrs: tuple[str, ...] = FULL_LRS) -> None:
+def gated_lrs(stages: Path) -> list[str]:
+    """The LRs of the gated stages in a seed's folder (1e-3 and 3e-3; seed 1234 also 3e-4, 2026-11-29)."""
+    prefix, suffix = GATED.split("{}")
+    return sorted((p.name.removeprefix(prefix).removesuffix(suffix) for p in stages.glob(GATED.format("*"))), key=float)
+
+
+def main(folder: Path, full_lrs: tuple[str, ...] = FULL_LRS, only: tuple[str, ...] | None = None) -> None:
     print("| seed | full-FT LR | control task 1 | control task 0 | gated task 0 (LR) | gated - control |")
     print("|---|---|---|---|---|---|")
     diffs: dict[int, list[float]] = {}
@@ -87,7 +93,7 @@ def main(folder: Path, full_lrs: tuple[str, ...] = FULL_LRS) -> None:
     skipped: list[str] = []
     for seed in SEEDS:
         stages = folder / f"seed{seed}" / "stages"
-        curves = {lr: gated_curve(stages / GATED.format(lr)) for lr in GATED_LRS}
+        curves = {lr: gated_curve(stages / GATED.format(lr)) for lr in gated_lrs(stages) if only is None or lr in only}
         for lr in full_lrs:
             t1, t0 = control_point(stages / f"task1_full_lr{lr}.json")
             best = gated_at(curves, t1)
@@ -100,13 +106,15 @@ def main(folder: Path, full_lrs: tuple[str, ...] = FULL_LRS) -> None:
                 diffs_1e3.setdefault(seed, []).append(c.value - t0)
             print(f"| {seed} | {float(lr):g} | {t1:.3f} | {t0:.3f} | {value:.3f} ({float(gated_lr):g}) | {value - t0:+.3f} |")
     print()
-    for name, d in (("best of the gated 1e-3 and 3e-3", diffs), ("the gated 1e-3 alone", diffs_1e3)):
+    lrs = ", ".join(f"{float(lr):g}" for lr in sorted({lr for s in SEEDS for lr in gated_lrs(folder / f"seed{s}" / "stages")
+                                                        if only is None or lr in only}, key=float))
+    for name, d in ((f"best of the gated runs ({lrs}; each seed's own)", diffs), ("the gated 1e-3 alone", diffs_1e3)):
         means = [statistics.fmean(v) for v in d.values()]
         singles = [x for v in d.values() for x in v]
         per_seed = ", ".join(f"{s} {m:+.4f} ({len(d[s])})" for s, m in zip(d, means))
         print(f"- {name}: per-seed means (points) {per_seed}; over seeds {spread(means)}; "
               f"single points {min(singles):+.3f} to {max(singles):+.3f} ({len(singles)} points)")
-    print(f"- skipped (task-1 accuracy outside both gated curves): {', '.join(skipped) or 'none'}")
+    print(f"- skipped (task-1 accuracy outside every gated curve): {', '.join(skipped) or 'none'}")
 
 
 if __name__ == "__main__":
@@ -114,5 +122,8 @@ if __name__ == "__main__":
     ap.add_argument("folder", nargs="?", type=Path, default=Path(__file__).resolve().parents[1])
     ap.add_argument("--full-lrs", nargs="+", default=FULL_LRS,
                     help="the full-fine-tuning stages' LRs, as in their file names (default: all seven)")
+    ap.add_argument("--gated-lrs", nargs="+", default=None,
+                    help="the gated stages' LRs to take the best of (default: every one in the seed's folder; "
+                         "0.001 0.003 gives the figure of before 3e-4 ran)")
     a = ap.parse_args()
-    main(a.folder, tuple(a.full_lrs))
+    main(a.folder, tuple(a.full_lrs), None if a.gated_lrs is None else tuple(a.gated_lrs))
