@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The three seeds of the Hangul rows at 3e-3 over 384 iterations (98,304 tokens), and width.sh's
+# The three seeds of the Hangul rows at 3e-3 over 384 iterations (196,608 tokens), and width.sh's
 # run, side by side, one OpenMP thread each on the 2-core machine (nice 19).
 #   bash launch.sh [SEED ...]        (default 1234 1235 1236; WIDE=0 leaves out the wide run)
 # They share ROOT/shared/data, so each starts only once the one before it trains (its
