@@ -60,7 +60,8 @@ class Action:
     """What it writes, as a lock name ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
     home: Path | None = None
     """Where its lock and completion record live when not in $WORKDIR (HOME/locks, HOME/records):
-    a DATA_DIR outside $WORKDIR, for the data step."""
+    a DATA_DIR outside $WORKDIR for the data step, the folder holding an HF_MODEL outside it for
+    DEMO_MODEL=1's (layout.py's Layout.data_home, model_home)."""
     part: str
     """The job of an ARRAY=1 submission that runs it: "prepare", its method, or "report"."""
     work: Callable[[], int] = lambda: 1
