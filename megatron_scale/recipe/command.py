@@ -61,7 +61,7 @@ class Action:
     home: Path | None = None
     """Where its lock and completion record live when not in $WORKDIR (HOME/locks, HOME/records):
     a DATA_DIR outside $WORKDIR for the data step, the folder holding an HF_MODEL outside it for
-    DEMO_MODEL=1's (layout.py's Layout.data_home, model_home)."""
+    DEMO_MODEL=1's (layout.py's Layout.home)."""
     part: str
     """The job of an ARRAY=1 submission that runs it: "prepare", its method, or "report"."""
     work: Callable[[], int] = lambda: 1

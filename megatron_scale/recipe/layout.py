@@ -65,6 +65,13 @@ class Layout:
         """`folder` when it lies outside $WORKDIR (jobs of other WORKDIRs may share what it holds)."""
         return None if folder.resolve().is_relative_to(self.s.workdir.resolve()) else folder
 
+    def home(self, key: str) -> Path | None:
+        """Where action `key`'s lock and completion record live: the data step's ("data",
+        "data-*") in data_home, the demo model's in model_home, None ($WORKDIR) for the rest."""
+        if key == "data" or key.startswith("data-"):
+            return self.data_home
+        return self.model_home if key == "demo-model" else None
+
     def run_dir(self, method: str) -> Path:
         """A method's continued run ($WORKDIR/runs/METHOD, or METHOD-seedSEED with SEED)."""
         return self.s.workdir / "runs" / run_name(method, self.s.seed)

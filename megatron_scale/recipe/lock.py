@@ -6,7 +6,7 @@ while the action runs, so a second job either waits for the one doing it or, onc
 finds the output done and skips it. The file is JSON naming its holder: `slurm:<job id>` inside a
 Slurm job (an array task's own id), `pid:<host>:<launcher pid>` elsewhere.
 The data step locks `$DATA_DIR/locks/<action>.lock` instead when DATA_DIR lies outside
-$WORKDIR: jobs of other WORKDIRs share those datasets (Layout.data_home).
+$WORKDIR: jobs of other WORKDIRs share those datasets (Layout.home).
 
 The launcher releases its lock when the action ends and all of them when it exits. A lock left
 behind (a job killed outright, a node lost) is stale when its holder is gone: a Slurm job that is

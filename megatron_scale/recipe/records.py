@@ -48,7 +48,7 @@ SMALL = 1 << 20
 
 def record_path(workdir: Path, key: str, home: Path | None = None) -> Path:
     """`home`/records/KEY.json: home is $WORKDIR, or the folder of outputs that jobs with other
-    WORKDIRs share (a DATA_DIR outside it: layout.py's Layout.data_home)."""
+    WORKDIRs share (a DATA_DIR outside it: layout.py's Layout.home)."""
     return Path(home or workdir) / "records" / f"{key}.json"
 
 

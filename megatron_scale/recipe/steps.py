@@ -41,18 +41,13 @@ __all__ = ["Action", "Command", "actions"]
 Resolve = Callable[[], Command | str]
 
 
-DATA = "data"
-"""The data step's title: its actions' locks and records live in Layout.data_home when it is set."""
-
-
-def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object,
-             home: Path | None = None) -> Command | str:
-    """`done` when the outputs' completion record (recipe/records.py; in `home`/records when not
-    $WORKDIR's) says they are whole and made with `command`'s settings; else `command`, to make
-    them, saying why in one line when something was there. A record made with other settings is
-    refused (SettingsError)."""
+def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object) -> Command | str:
+    """`done` when the outputs' completion record (recipe/records.py; in Layout.home(key)/records
+    when not $WORKDIR's) says they are whole and made with `command`'s settings; else `command`, to
+    make them, saying why in one line when something was there. A record made with other settings
+    is refused (SettingsError)."""
     command = replace(command, outputs=tuple(map(str, outputs)))
-    ok, why = records.check(r.s.workdir, key, command.args, command.outputs, home)
+    ok, why = records.check(r.s.workdir, key, command.args, command.outputs, r.home(key))
     if ok:
         return done
     return replace(command, note=why) if why else command
@@ -69,8 +64,7 @@ def data(r: Layout) -> list[tuple[str, Resolve]]:
         def demo() -> Command | str:
             made = (r.en_train, r.ko_train, r.ko_eval, r.en_eval, *r.extra.values())
             return recorded(r, "data", single("tools/prepare_demo_data.py", "--output-dir", s.data_dir),
-                            f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)),
-                            home=r.data_home)
+                            f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)))
         return [("data", demo)]
     sources = ((r.ko_train, s.ko_train_input), (r.ko_eval, s.ko_eval_input), (r.en_eval, s.en_eval_input),
                *((r.extra[name], raw) for name, raw in r.extra_raw.items()))
@@ -86,8 +80,7 @@ def demo_corpora(r: Layout) -> Command | str:
     names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
              "ko_rnd_valid")
     return recorded(r, "data-demo-raw", single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger"),
-                    f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names),
-                    home=r.data_home)
+                    f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names))
 
 
 def demo_model(r: Layout) -> Command | str:
@@ -95,7 +88,7 @@ def demo_model(r: Layout) -> Command | str:
     it against transformers' GGUF load and writes the folder only when complete)."""
     folder = Path(r.s.hf_model)
     return recorded(r, "demo-model", single("tools/prepare_demo_model.py", "--output-dir", folder),
-                    f"demo model ready: {folder}", folder, home=r.model_home)
+                    f"demo model ready: {folder}", folder)
 
 
 def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
@@ -111,7 +104,7 @@ def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
         return recorded(r, f"data-{Path(prefix).name}", single(
             "tools/preprocess_data.py", "--input", raw, "--output-prefix", out, "--tokenizer-type",
             "HuggingFaceTokenizer", "--tokenizer-model", r.tokenizer, *r.s.preprocess_flags),
-            f"dataset {prefix} ready", *_pair(prefix), home=r.data_home)
+            f"dataset {prefix} ready", *_pair(prefix))
     return resolve
 
 
@@ -173,7 +166,7 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
     if s.demo_model:  # before the data: preprocessing reads its tokenizer
         steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", "prepare",
                       [("demo-model", lambda: demo_model(r))]))
-    steps.append((DATA, "prepare", data(r)))
+    steps.append(("data", "prepare", data(r)))
     if s.from_scratch:
         steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
                       "prepare", [("base", lambda: pretrain_base(r))]))
@@ -215,9 +208,8 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
             return lambda: 1
         return lambda: max(0, iters - artifacts.saved_iterations(run))
 
-    homes = {"demo-model": r.model_home}  # the data step's: r.data_home
     listed = [Action(step=n, title=title, resolve=item[1], key=item[0], part=item[2] if len(item) == 3 else where,
-                     work=work(item[0]), home=r.data_home if title == DATA else homes.get(item[0]))
+                     work=work(item[0]), home=r.home(item[0]))
               for n, (title, where, todo) in enumerate(steps, 1) for item in todo]
     return [a for a in listed if part is None or a.part == part]
 
