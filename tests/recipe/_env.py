@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from megatron_scale.recipe.lock import Locks
 from megatron_scale.recipe.settings import Settings
 from megatron_scale.recipe.steps import Command, actions
 
@@ -63,3 +67,20 @@ def made(s: Settings, key: str) -> Command:
     make_outputs(command)
     records.write(s.workdir, key, command.args, command.outputs, action.home)
     return command
+
+
+def held_by_job_20(monkeypatch: pytest.MonkeyPatch, folder: Path, key: str,
+                   seconds: float) -> tuple[list[float], Callable[[float], None]]:
+    """`key`'s lock in `folder` taken by Slurm job 20 (running, the others not): the naps a
+    launcher takes and its `sleep`, which has job 20 release the lock once `seconds` are slept."""
+    monkeypatch.setattr("megatron_scale.recipe.lock.slurm_job_running", lambda job: job == "20")
+    other = Locks(folder, "slurm:20")
+    assert other.acquire(key) is None
+    naps: list[float] = []
+
+    def sleep(nap: float) -> None:
+        naps.append(nap)
+        if sum(naps) >= seconds:
+            other.release(key)
+
+    return naps, sleep

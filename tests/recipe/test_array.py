@@ -20,6 +20,7 @@ from megatron_scale.recipe.array import part_of, submit, why_missing
 from megatron_scale.recipe.lock import Locks, alive, holder_of
 from megatron_scale.recipe.settings import Settings, SettingsError
 from megatron_scale.recipe.steps import Command, actions
+from tests.recipe._env import held_by_job_20
 
 METHODS = "scale-preserve full scale-adapt"
 
@@ -189,15 +190,7 @@ def test_the_launcher_waits_while_another_job_holds_the_action(tmp_path: Path, m
     ends it releases this job's locks and records its part."""
     env = {"WORKDIR": str(tmp_path), "METHODS": METHODS, "ROUTE_SWEEP": "0", "LOCK_POLL": "7",
            "SCALE_PART": "methods", "SLURM_ARRAY_TASK_ID": "1", "SLURM_JOB_ID": "21"}
-    monkeypatch.setattr("megatron_scale.recipe.lock.slurm_job_running", lambda job: job == "20")
-    other = Locks(tmp_path / "locks", "slurm:20")
-    assert other.acquire("train-full") is None
-    naps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        naps.append(seconds)
-        if sum(naps) >= 14:  # after two looks, the other job is done with it
-            other.release("train-full")
+    naps, sleep = held_by_job_20(monkeypatch, tmp_path / "locks", "train-full", 14)  # free after two looks
 
     s = Settings.from_env(env)
     job = Launcher(s, Launch.from_env(env), env, part_of(s, env), sleep=sleep)

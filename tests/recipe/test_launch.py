@@ -18,9 +18,8 @@ from megatron_scale.recipe.__main__ import main
 from megatron_scale.recipe.array import part_of
 from megatron_scale.recipe.command import RANK_SHELL, Command, Launch
 from megatron_scale.recipe.launch import Launcher
-from megatron_scale.recipe.lock import Locks
 from megatron_scale.recipe.settings import Settings
-from tests.recipe._env import flag, made
+from tests.recipe._env import flag, held_by_job_20, made
 
 TINY = {"METHODS": "full", "EXPORT": "0", "BASE_ITERS": "20", "TRAIN_ITERS": "20", "PYTHON": "py"}
 
@@ -187,15 +186,7 @@ def test_jobs_of_other_workdirs_make_a_shared_data_dir_once(tmp_path: Path, monk
 
     # a third job waits while another holds the shared lock, then decides under it
     (shared / "records" / "data.json").unlink()
-    monkeypatch.setattr("megatron_scale.recipe.lock.slurm_job_running", lambda job: job == "20")
-    other = Locks(shared / "locks", "slurm:20")
-    assert other.acquire("data") is None
-    naps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        naps.append(seconds)
-        if sum(naps) >= 2:
-            other.release("data")
+    _, sleep = held_by_job_20(monkeypatch, shared / "locks", "data", 2)
 
     env = _env(tmp_path / "c", DATA_DIR=str(shared), SLURM_JOB_ID="21", LOCK_POLL="1")
     s = Settings.from_env(env)
