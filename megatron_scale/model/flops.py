@@ -23,7 +23,8 @@ model/layers/fused.py), the dead terms leave the count:
     attention            the base heads' backward: 4 s k per base head (forward only), 12 s k per
                          new head;
     the output layer     the frozen W_out's dgrad 2Vd: 2Vd + 6Vd'.
-This count is exact for the GEMMs the local path issues (tests/model/test_skip_flops.py counts them).
+This count is exact for the GEMMs the local path issues (tests/model/test_base_backward.py counts them
+at dispatch, with and without the skip, and for full fine-tuning).
 """
 
 from __future__ import annotations

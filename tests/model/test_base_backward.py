@@ -14,7 +14,8 @@ that skips it takes its weights and runs the same step. Checked:
   2. the losses of every step are bitwise equal: the forward is the same computation;
   3. after training the preservation head's per-token losses are bitwise the base model's;
   4. the skip is really on: every layer runs its base heads apart, every upscaled linear and norm
-     and the output layer skip; the full model has none of it.
+     and the output layer skip; the full model has none of it; both write the same checkpoint
+     entries.
 At TP 1 also: the GEMM FLOPs torch runs in one step (counted at dispatch) are exactly
 model/flops.py's prediction for full fine-tuning, Preserve with the full backward and Preserve
 with the skip; the tensors autograd keeps for the backward shrink by at least the base heads'
@@ -115,6 +116,10 @@ def _lockstep(models: dict[str, Any], steps: list[list[dict]]) -> dict[str, tupl
     return out
 
 
+def _ckpt_keys(model: Any) -> set[str]:
+    return {v.key for v in model.sharded_state_dict().values()}
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
@@ -135,6 +140,7 @@ def _compare(cfg: Any, case: str, state: dict, base: Any) -> dict[str, Any]:
         "grad_rel": max(_rel(a[k], b[k]) for a, b in zip(g_skip, g_full, strict=True) for k in b),
         "grads_bitwise": all(torch.equal(a[k], b[k]) for a, b in zip(g_skip, g_full, strict=True) for k in b),
         "grads_nonzero": all(bool(b[k].abs().sum() > 0) for b in g_full for k in b),
+        "ckpt_keys_equal": _ckpt_keys(models["skip"]) == _ckpt_keys(models["full"]),
     }
     if l_full[0]:
         res["loss_fell"] = float(torch.stack([t.mean() for t in l_full[-1]]).mean()) < float(
@@ -260,6 +266,7 @@ def test_the_skip_gives_every_trainable_gradient_of_the_full_backward(results: l
             assert res["modules_skip"] == {"apart": layers, "skipping": skipping, "with_flag": skipping}, where
             assert res["modules_full"] == {"apart": 0, "skipping": 0, "with_flag": skipping}, where
             assert res["same_graded"] and res["grads_nonzero"], where
+            assert res["ckpt_keys_equal"], where
             assert res["grad_rel"] <= 1e-6, (where, res["grad_rel"])
             assert res["n_losses"] == (STEPS * MICROBATCHES if last else 0), where
             if last:

@@ -15,8 +15,9 @@ log-sum-exp of those heads).
 DotProductAttention, SDPAttention, Transformer Engine's DotProductAttention): two instances, each
 built with a config of its own heads and groups and otherwise the layer's (head size, softmax
 scale, layer number, mask type). The base instance sees exactly the base model's heads per rank,
-so its call is the base model's. It holds no parameters and adds no checkpoint entry (TE's
-attention `_extra_state` is not loaded from SCALE checkpoints: weights/state.py). Attention
+so its call is the base model's. It holds no parameters and adds no checkpoint entry (its
+sharded_state_dict is empty, as a vanilla-softmax attention's is), so checkpoints written with
+and without the skip are the same. Attention
 dropout, which Llama trains without, draws apart for the two calls (a different draw of the same
 distribution).
 """
@@ -57,6 +58,9 @@ class BaseHeadsApart(nn.Module):
     ) -> None:
         super().__init__()
         heads, groups = config.num_attention_heads, config.num_query_groups
+        if config.softmax_type != "vanilla":  # a per-head softmax offset would be split across two modules
+            raise ValueError(f"BaseHeadsApart: softmax_type {config.softmax_type!r} is not supported; "
+                             "give --scale-base-backward full")
         if not (0 < base_heads < heads and 0 < base_groups < groups):
             raise ValueError(f"BaseHeadsApart: base heads/groups {base_heads}/{base_groups} must lie inside the "
                              f"layer's {heads}/{groups}")
@@ -92,6 +96,11 @@ class BaseHeadsApart(nn.Module):
         new = self.new(_heads(query, h, self.new_heads_local), _heads(key, g, self.new_groups_local),
                        _heads(value, g, self.new_groups_local), attention_mask, **kw)
         return torch.cat((base, new), dim=-1)
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
+        """No checkpoint entry, as the one attention it stands for has none (vanilla softmax);
+        megatron-core's default would save the TE children's `_extra_state` under new names."""
+        return {}
 
     def extra_repr(self) -> str:
         return f"base heads/groups per rank {self.base_heads_local}/{self.base_groups_local} without autograd"
