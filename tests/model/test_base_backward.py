@@ -189,8 +189,8 @@ def _step_costs(model: Any, b: dict) -> tuple[int, int]:
 
 
 def _tp1_checks(state: dict) -> dict[str, Any]:
-    from megatron_scale.model import flops
     from megatron_scale.methods import Lora
+    from megatron_scale.model import flops
     from megatron_scale.model.build import build_model
     from megatron_scale.model.layers.lora import LoraSettings
     from megatron_scale.scale_config import ScaleConfig

@@ -113,7 +113,7 @@ class UpscaledGemm(torch.autograd.Function):
         else:
             if grads[1] is None:  # only under skip_base (grads not materialised): y_up unused
                 return None, None, None, None, None, None, None
-            dy = None if ctx.skip_base else _cols(grads[0].reshape(-1, m), (mb,) * chunks)
+            dy = () if ctx.skip_base else _cols(grads[0].reshape(-1, m), (mb,) * chunks)  # () : never read
             dy_up = _cols(grads[1].reshape(-1, m_up), (mu,) * chunks)
         w_rows, up_rows = _row_chunks(weight, chunks), _row_chunks(weight_up, chunks)
         w12_rows = _row_chunks(weight_12, chunks) if weight_12 is not None else None

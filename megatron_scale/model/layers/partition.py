@@ -205,7 +205,9 @@ class _NewFeaturesRegion(torch.autograd.Function):
     and hands zeros for the first n (megatron-core's own collectives, called on the new columns)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, n: int, sequence_parallel: bool, group: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, n: int, sequence_parallel: bool, group: Any
+    ) -> torch.Tensor:
         ctx.n, ctx.sequence_parallel, ctx.group = n, sequence_parallel, group
         if sequence_parallel:
             return mc.gather_from_sequence_parallel_region(x, group=group)

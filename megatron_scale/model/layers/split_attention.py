@@ -64,7 +64,8 @@ class BaseHeadsApart(nn.Module):
         if not (0 < base_heads < heads and 0 < base_groups < groups):
             raise ValueError(f"BaseHeadsApart: base heads/groups {base_heads}/{base_groups} must lie inside the "
                              f"layer's {heads}/{groups}")
-        tp_group = pg_collection.tp if pg_collection is not None else mc.parallel_state.get_tensor_model_parallel_group()
+        tp_group = (pg_collection.tp if pg_collection is not None
+                    else mc.parallel_state.get_tensor_model_parallel_group())
         tp = mc.get_pg_size(tp_group)
 
         def build(h: int, g: int) -> nn.Module:
@@ -90,7 +91,8 @@ class BaseHeadsApart(nn.Module):
         if attention_bias is not None:
             raise ValueError("BaseHeadsApart: an attention bias is not supported (--scale-base-backward full)")
         h, g = self.base_heads_local, self.base_groups_local
-        kw = {"attn_mask_type": attn_mask_type, "attention_bias": None, "packed_seq_params": packed_seq_params, **kwargs}
+        kw = {"attn_mask_type": attn_mask_type, "attention_bias": None, "packed_seq_params": packed_seq_params,
+              **kwargs}
         with torch.no_grad():
             base = self.base(_heads(query, 0, h), _heads(key, 0, g), _heads(value, 0, g), attention_mask, **kw)
         new = self.new(_heads(query, h, self.new_heads_local), _heads(key, g, self.new_groups_local),

@@ -66,7 +66,9 @@ class _NewFeaturesGrad(torch.autograd.Function):
     TE node (its weight gradient), [0, dy_up W22] to x_full."""
 
     @staticmethod
-    def forward(ctx: Any, y_up: torch.Tensor, x_full: torch.Tensor, weight_up: torch.Tensor, n: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx: Any, y_up: torch.Tensor, x_full: torch.Tensor, weight_up: torch.Tensor, n: int
+    ) -> torch.Tensor:
         ctx.save_for_backward(weight_up)
         ctx.n, ctx.shape = n, x_full.shape
         return y_up.view_as(y_up)
@@ -94,6 +96,7 @@ class _TEBlocks:
     split: Any
     tp_size: int
     in_local: int
+    skip_base_grad: bool
     base_gemm: nn.Module
     up_gemm: nn.Module
     w12_gemm: nn.Module | None
