@@ -3,6 +3,7 @@ scale_config.py (which resolves ScaleConfig into ScaleDims with them): each chec
 ScaleConfigError naming the setting and its --scale-* flag.
 
     check_router                the router's settings (tau, statistic, direction, unit)
+    resolve_base_backward       auto | skip | full -> what a model runs: skip | full
     check_architecture          a base SCALE can widen (SwiGLU, bias-free, RMSNorm)
     check_tp                    every rank holds an equal share of the base and of the new units
     heads_and_groups            (h', g'): the user's, completed at the base GQA ratio, or the default
@@ -28,6 +29,10 @@ ROUTER_UNITS = ("token", "char", "word")
 OUTPUT_ROWS = ("all", "hangul")
 # the statistic of z_p alone that gates W_out_up's term (issue 45, model/layers/gate.py): none (the paper's)
 GATE_STATISTICS = ("none", "max-prob", "certainty")
+# the backward through the frozen base stream (issue 62): auto (skipped wherever no trainable parameter
+# is upstream of it, i.e. no W12), skip (asked for: refused where W12 exists), full (always computed)
+BASE_BACKWARDS = ("auto", "skip", "full")
+BASE_BACKWARD_FLAG = "--scale-base-backward"
 
 
 class ScaleConfigError(ValueError):
@@ -179,3 +184,24 @@ def check_gate(statistic: object, tau: object, temperature: object, direction: o
         raise ScaleConfigError(f"--scale-gate-temperature: must be a finite number > 0, got {temperature!r}")
     if direction not in ROUTER_DIRECTIONS:
         raise ScaleConfigError(f"--scale-gate-direction: unknown {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}")
+
+
+def resolve_base_backward(setting: object, w12: bool, variant: str = "") -> str:
+    """What the base stream's backward is (`skip` | `full`) for `setting` (--scale-base-backward)
+    on a model that has W12 somewhere (`w12`) or none: auto skips it wherever that is exact, which
+    is wherever no W12 exists (Preserve, Route on Preserve: no trainable parameter is upstream of
+    the base stream, so no trainable gradient reads its gradient); skip asked for where W12
+    exists is refused: W12's gradient (and everything below it) needs the gradient of the base
+    features its output joins."""
+    if setting not in BASE_BACKWARDS:
+        raise ScaleConfigError(f"{BASE_BACKWARD_FLAG}: unknown {setting!r}; choose one of {', '.join(BASE_BACKWARDS)}")
+    if setting == "auto":
+        return "full" if w12 else "skip"
+    if setting == "skip" and w12:
+        which = f"SCALE-{variant}'s W12" if variant else "W12"
+        raise ScaleConfigError(
+            f"{BASE_BACKWARD_FLAG} skip: {which} is a trainable parameter upstream of the base stream (it adds the new "
+            "features into the base outputs), so its gradient and those below it need the base stream's backward; "
+            f"leave {BASE_BACKWARD_FLAG} at auto (the full backward here) or give full"
+        )
+    return str(setting)

@@ -22,13 +22,14 @@ from typing import Any, Literal, get_args
 
 from megatron_scale.flags import flag
 from megatron_scale.scale_checks import (
-    ADAPT_MODULES, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
+    ADAPT_MODULES, BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
     base_sizes, check_architecture, check_gate,
-    check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, size_notes,
+    check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, resolve_base_backward,
+    size_notes,
 )
 
 __all__ = [
-    "ADAPT_MODULES", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
+    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
     "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "ScaleConfig", "ScaleConfigError", "ScaleDims",
     "check_router", "int_list", "size_notes", "word_list",
 ]
@@ -42,7 +43,8 @@ INITS: tuple[str, ...] = get_args(Init)
 ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
 # Training settings: recorded with the geometry, not part of it. A run may change them on a SCALE
 # checkpoint (a flag given overrides the recorded value; one not given takes it).
-TRAINING_SETTINGS = ("output_rows", "gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
+TRAINING_SETTINGS = ("output_rows", "gate_statistic", "gate_tau", "gate_temperature", "gate_direction",
+                     "base_backward")
 
 _log = logging.getLogger(__name__)
 
@@ -114,6 +116,11 @@ class ScaleConfig:
     gate_direction: str = field(default="above", metadata=flag("--scale-gate-direction", choices=ROUTER_DIRECTIONS))
     """above: the gate closes where s(z_p) is above tau (the base is sure: an old-domain token), as
     SCALE-Route keeps z_p there | below: where it is below."""
+    base_backward: str = field(default="auto", metadata=flag("--scale-base-backward", choices=BASE_BACKWARDS))
+    """The backward through the frozen base stream: auto (skipped wherever no trainable parameter is upstream of
+    it: Preserve, Route, the gate, the rows; computed where W12 exists: Adapt, --scale-route-adapt) | skip (the
+    same, asked for: refused where W12 exists) | full (always computed: comparisons, debugging). The skip is exact:
+    every trainable gradient is the full backward's (model/layers/fused.py; docs/performance.md)."""
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
@@ -134,7 +141,7 @@ class ScaleConfig:
             router_statistic=dims.router_statistic, router_direction=dims.router_direction,
             router_unit=dims.router_unit, output_rows=dims.output_rows, gate_statistic=dims.gate_statistic,
             gate_tau=dims.gate_tau, gate_temperature=dims.gate_temperature, gate_direction=dims.gate_direction,
-            seed=dims.seed,
+            base_backward=dims.base_backward, seed=dims.seed,
         )
 
 
@@ -166,11 +173,24 @@ class ScaleDims:
     gate_tau: float = 0.5
     gate_temperature: float = 0.05
     gate_direction: str = "above"
+    base_backward: str = "full"
+    """skip | full, resolved (resolve_base_backward): skip only where no W12 exists."""
     seed: int = 1234
 
     @property
     def gated(self) -> bool:
         return self.gate_statistic != "none"
+
+    @property
+    def skip_base_backward(self) -> bool:
+        """The modules compute no gradient for the base features (model/layers/: skip_base_grad)."""
+        return self.base_backward == "skip"
+
+    def with_base_backward(self, setting: str) -> ScaleDims:
+        """This geometry with --scale-base-backward `setting` resolved on it (refused by name where
+        it cannot hold)."""
+        return dataclasses.replace(self, base_backward=resolve_base_backward(setting, bool(self.adapt_layers),
+                                                                             self.variant))
 
     @property
     def routed(self) -> bool:
@@ -185,11 +205,12 @@ class ScaleDims:
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
         """The geometry a `scale.dims` record holds (the inverse of to_record). A record written
         before router_statistic / router_direction / router_unit / output_rows / gate_* existed
-        lacks them: cosine / above / token / all / no gate. Any other
+        lacks them: cosine / above / token / all / no gate; one written before base_backward existed
+        takes auto's answer (skip where no W12 exists; the skip is exact). Any other
         missing or unknown key is one ScaleConfigError naming `where` (the checkpoint and its record)."""
         given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", "output_rows": "all",
                  "gate_statistic": "none", "gate_tau": 0.5, "gate_temperature": 0.05, "gate_direction": "above",
-                 **record}
+                 "base_backward": "auto", **record}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
         if unknown or missing:
@@ -198,7 +219,12 @@ class ScaleDims:
             raise ScaleConfigError(f"{where}: not a SCALE geometry record ({'; '.join(problems)})")
         given["adapt_layers"] = frozenset(given["adapt_layers"])
         given["adapt_modules"] = frozenset(given["adapt_modules"])
-        return cls(**given)
+        backward = given["base_backward"]
+        given["base_backward"] = "full"  # resolved on the geometry below
+        try:
+            return cls(**given).with_base_backward(backward)
+        except ScaleConfigError as e:
+            raise ScaleConfigError(f"{where}: {e}") from e
 
     def check_base(self, base: object, tensor_parallel_size: int = 1) -> None:
         """Refuse a base TransformerConfig-like object this geometry was not resolved against, or a
@@ -310,7 +336,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         gate_temperature=float(cfg.gate_temperature),
         gate_direction=cfg.gate_direction,
         seed=cfg.seed,
-    )
+    ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):
         _log.info("SCALE default size: %s", note)
     return dims

@@ -243,3 +243,38 @@ def test_a_bad_gate_setting_names_its_flag(setting: dict, message: str) -> None:
     with pytest.raises(ScaleConfigError) as e:
         ScaleConfig(**setting).resolve(_base(), 1)
     assert str(e.value) == message
+
+
+def test_base_backward_skips_wherever_no_w12_exists_and_refuses_skip_with_it() -> None:
+    """--scale-base-backward (issue 62): auto skips the base stream's backward for Preserve,
+    Route, the gate and the rows, and keeps it where W12 exists (Adapt, Route on Adapt); skip
+    asked for there is refused by name; full always computes it. The record holds the resolved
+    value, and a record written before the setting existed takes auto's answer."""
+    from megatron_scale.scale_config import ScaleDims
+
+    resolved = {
+        "preserve": ScaleConfig(), "route": ScaleConfig(variant="route"),
+        "gate": ScaleConfig(gate_statistic="max-prob"), "rows": ScaleConfig(output_rows="hangul"),
+        "adapt": ScaleConfig(variant="adapt"), "route_adapt": ScaleConfig(variant="route", route_adapt=True),
+        "preserve_full": ScaleConfig(base_backward="full"), "preserve_skip": ScaleConfig(base_backward="skip"),
+        "adapt_full": ScaleConfig(variant="adapt", base_backward="full"),
+    }
+    got = {name: sc.resolve(_base(), 1).base_backward for name, sc in resolved.items()}
+    assert got == {"preserve": "skip", "route": "skip", "gate": "skip", "rows": "skip", "adapt": "full",
+                   "route_adapt": "full", "preserve_full": "full", "preserve_skip": "skip", "adapt_full": "full"}
+    for sc in (ScaleConfig(variant="adapt", base_backward="skip"),
+               ScaleConfig(variant="route", route_adapt=True, base_backward="skip")):
+        with pytest.raises(ScaleConfigError, match=r"^--scale-base-backward skip: SCALE-(adapt|route)'s W12 is a "
+                                                   r"trainable parameter upstream of the base stream"):
+            sc.resolve(_base(), 1)
+    with pytest.raises(ScaleConfigError, match=r"^--scale-base-backward: unknown 'none'; choose one of auto, skip, full"):
+        ScaleConfig(base_backward="none").resolve(_base(), 1)
+    for sc in (ScaleConfig(), ScaleConfig(base_backward="full"), ScaleConfig(variant="adapt")):
+        dims = sc.resolve(_base(), 1)
+        assert ScaleDims.from_record(dims.to_record(), where="ckpt") == dims
+        assert ScaleConfig.from_dims(dims).base_backward == dims.base_backward
+        old = {k: v for k, v in dims.to_record().items() if k != "base_backward"}
+        assert ScaleDims.from_record(old, where="ckpt").base_backward == ("full" if dims.adapt_layers else "skip")
+    bad = {**ScaleConfig(variant="adapt").resolve(_base(), 1).to_record(), "base_backward": "skip"}
+    with pytest.raises(ScaleConfigError, match=r"^ckpt: --scale-base-backward skip: SCALE-adapt's W12"):
+        ScaleDims.from_record(bad, where="ckpt")

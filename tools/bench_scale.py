@@ -10,7 +10,8 @@ Methods: full_ft (megatron-core's GPT layer spec at the base shape, everything t
 spec, or with --transformer-impl transformer_engine megatron-core's TE spec),
 dense_up (the same at the expanded shape d+d', h+h', g+g', f+f'), preserve and adapt (the SCALE
 model at the expanded shape; adapt has W12 in attention, in the one layer of the layer scope and in
-the upper half of the model's layers). Scopes: `layer` (one TransformerLayer, input [s, b, d]
+the upper half of the model's layers; preserve skips the backward through its frozen base stream,
+the library's default, and preserve_full is Preserve with --scale-base-backward full, issue 62). Scopes: `layer` (one TransformerLayer, input [s, b, d]
 requiring grad) and `model` (GPTModel with embedding and output layer, untied, loss = mean
 cross-entropy). A step is forward + backward + AdamW step. The methods of a scope are timed in one
 process with their steps interleaved round-robin (a burst of load elsewhere hits all alike); the
@@ -41,7 +42,10 @@ from typing import Any
 
 import bench_profile  # tools/bench_profile.py: run as a script, this file's folder is sys.path[0]
 
-METHODS = ("full_ft", "dense_up", "preserve", "adapt", "preserve_rows", "preserve_gate")
+METHODS = ("full_ft", "dense_up", "preserve", "adapt", "preserve_rows", "preserve_gate", "preserve_full")
+# preserve_full (issue 62): Preserve with --scale-base-backward full, the backward through the frozen base
+# stream computed as before; preserve and its variants skip it (the library's default, auto)
+FULL_BACKWARD = ("preserve_full", "adapt")
 # issue 45's variants of Preserve, model scope only (both act on the output layer): the gate at the
 # biography setting; the rows a script's share of SmolLM2's (89 of 49,152, every 552nd row here)
 VARIANTS = {"preserve_rows": {}, "preserve_gate": {"gate_statistic": "max-prob", "gate_tau": 0.8, "gate_temperature": 0.05}}
@@ -85,7 +89,7 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
     scale = ScaleConfig(variant="adapt" if method == "adapt" else "preserve", init="normal", adapt_layers=adapt,
-                        **VARIANTS.get(method, {}))
+                        base_backward="full" if method == "preserve_full" else "auto", **VARIANTS.get(method, {}))
     args = _architecture(a, layers, up=False)
     model = build_model(args, Scale.of(scale, args), kernels=kernels)
     if method == "preserve_rows":
@@ -259,10 +263,13 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
     from megatron_scale.model import flops
 
     shape = _shape(a)
-    method = "preserve" if method in VARIANTS else method  # the gate's statistic and the rows' hook: O(V) per token
+    skip = method.startswith("preserve") and method not in FULL_BACKWARD
+    # the gate's statistic and the rows' hook: O(V) per token
+    method = "preserve" if method in VARIANTS or method == "preserve_full" else method
     if scope == "layer":
-        return flops.layer_flops(method, shape, a.seq)
-    return flops.model_flops(method, shape, a.seq, a.layers, a.vocab, adapt_layers=a.layers - a.layers // 2)
+        return flops.layer_flops(method, shape, a.seq, skip_base_backward=skip)
+    return flops.model_flops(method, shape, a.seq, a.layers, a.vocab, adapt_layers=a.layers - a.layers // 2,
+                             skip_base_backward=skip)
 
 
 def mfu(a: argparse.Namespace, scope: str, method: str, r: dict[str, Any]) -> float:

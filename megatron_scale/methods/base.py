@@ -214,6 +214,9 @@ class TrainingMethod:
         model (any method but Scale)."""
         return None
 
+    trains: ClassVar[str] = "the base model's own weights"
+    """What of the model it trains, upstream of the base stream unless the method is SCALE's
+    (training/plan.py check_base_backward: the skip of the base stream's backward is refused)."""
     exported_as: ClassVar[str] = "llama"
     """What a plain Hugging Face export of its checkpoints is (convert/to_hf.py's summary)."""
     merged_on_export: ClassVar[bool] = False

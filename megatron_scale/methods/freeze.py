@@ -41,6 +41,7 @@ class Freeze(TrainingMethod):
     """The input embedding (and a tied output layer) and the `layers` lowest layers frozen."""
 
     names = ("freeze",)
+    trains = "the base model's own weights above the frozen layers"
     flags = FreezeFlags
 
     layers: int = 3

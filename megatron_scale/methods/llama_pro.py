@@ -54,6 +54,7 @@ class LlamaPro(TrainingMethod):
     """LLaMA-Pro: `blocks` zero-output copies of layers inserted into the base; only those train."""
 
     names = ("llama-pro",)
+    trains = "the blocks it inserts between the base's layers"
     flags = LlamaProFlags
     loaded_as = "base+depth"
 

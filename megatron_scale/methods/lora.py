@@ -41,6 +41,7 @@ class Lora(TrainingMethod):
     names = ("lora",)
     flags = LoraFlags
     owns = ("lora",)
+    trains = "LoRA adapters on the base's own linears"
     exported_as = "llama (LoRA merged)"
     merged_on_export = True
 

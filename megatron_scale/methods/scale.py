@@ -113,7 +113,7 @@ class Scale(TrainingMethod):
     def plan(cls, given_: Given) -> Scale:
         """The geometry the --scale-* flags resolve to on the base; from a SCALE checkpoint its
         recorded geometry itself, each --scale-* flag given compared with it (refused by name), but
-        --scale-output-rows and --scale-gate-*, training settings a run may change."""
+        --scale-output-rows, --scale-gate-* and --scale-base-backward, training settings a run may change."""
         variant = given_.name.removeprefix("scale-")
         settings, tp = given(given_.flags.scale), given_.tp
         base = given_.arch.transformer_config(tp)
@@ -136,9 +136,10 @@ class Scale(TrainingMethod):
             dims.check_base(base, tp)
         except ValueError as e:
             raise ValueError(f"{given_.where}: {e}") from e
+        backward = training.pop("base_backward", None)
         dims = dataclasses.replace(dims, **training)
         check_gate(dims.gate_statistic, dims.gate_tau, dims.gate_temperature, dims.gate_direction)
-        return cls(dims=dims)
+        return cls(dims=dims if backward is None else dims.with_base_backward(backward))
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)

@@ -176,6 +176,7 @@ class ScaleGPTModel(mc.GPTModel):
                 routed=dims.routed, statistic=dims.router_statistic, direction=dims.router_direction,
                 unit=dims.router_unit, gate_statistic=dims.gate_statistic, gate_tau=dims.gate_tau,
                 gate_temperature=dims.gate_temperature, gate_direction=dims.gate_direction,
+                skip_base_grad=dims.skip_base_backward,
             )
 
     def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,

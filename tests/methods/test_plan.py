@@ -33,6 +33,14 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> str:
         (("--route-direction", "below"), 1, "--route-direction: only a --method scale-route model routes"),
         (("--route-unit", "char"), 1, "--route-unit: only a --method scale-route model routes"),
         (("--transformer-impl", "transformer_engine", "--method", "lora"), 1, "--method lora: not with --transformer-impl"),
+        # the base stream's backward (issue 62): no skip where a trainable parameter is upstream of it
+        (("--method", "scale-adapt", "--scale-base-backward", "skip"), 1, "--scale-base-backward skip: SCALE-adapt's W12"),
+        (("--method", "scale-route", "--scale-route-adapt", "--scale-base-backward", "skip"), 1,
+         "--scale-base-backward skip: SCALE-route's W12"),
+        (("--method", "lora", "--scale-base-backward", "skip"), 1,
+         "--scale-base-backward skip: --method lora trains LoRA adapters on the base's own linears"),
+        (("--method", "full", "--scale-base-backward", "skip"), 1,
+         "--scale-base-backward skip: --method full trains the base model's own weights"),
     ],
 )
 def test_a_bad_method_setting_names_the_flag(data: str, extra: tuple, world: int, flag: str) -> None:
@@ -52,3 +60,41 @@ def test_llama_pro_blocks_default_divides_the_base() -> None:
     assert MethodConfig(name="llama-pro", llama_pro_blocks=5).pro_blocks(30) == 5
     with pytest.raises(ValueError, match="--llama-pro-blocks 7 must divide the base's 30 layers"):
         MethodConfig(name="llama-pro", llama_pro_blocks=7).pro_blocks(30)
+
+
+def test_base_backward_is_a_training_setting_of_a_scale_checkpoint(data: str) -> None:
+    """--scale-base-backward (issue 62): a new SCALE-Preserve run skips the base stream's backward
+    by default, an Adapt run keeps it, full turns the skip off; from a SCALE checkpoint the
+    recorded setting holds unless the flag is given (a training setting, like the gate's), and
+    auto resolves on the recorded geometry."""
+    from pathlib import Path
+
+    from megatron_scale.checkpoint.records import CheckpointRecords
+    from megatron_scale.methods import Given, Scale
+    from megatron_scale.methods.scale import ScaleSettings
+    from megatron_scale.scale_config import ScaleConfig
+    from megatron_scale.training.config import MethodConfig
+    from tests import _tiny
+
+    def fresh(*extra: str) -> str:
+        return plan(parse([*MODEL, "--train-iters", "4", "--data-path", data, *extra]), 1).method.dims.base_backward
+
+    assert fresh() == "skip" and fresh("--method", "scale-route") == "skip"
+    assert fresh("--method", "scale-adapt") == "full" and fresh("--scale-base-backward", "full") == "full"
+
+    def from_checkpoint(variant: str, recorded: str, flag: str | None) -> str:
+        dims = ScaleConfig(variant=variant, base_backward=recorded).resolve(_tiny.base_config(1))
+        records = CheckpointRecords(directory=Path("ckpt"), model_args=None, train_state=None, layout=None,
+                                    digest="d", scale={"dims": dims.to_record()})
+        name = f"scale-{variant}"
+        given = Given(name=name, flags=MethodConfig(name=name, scale=ScaleSettings(base_backward=flag)),
+                      arch=_tiny.ARGS, tp=1, sequence_parallel=False, seed=1, records=records, resuming=True,
+                      where="--load ckpt")
+        return Scale.plan(given).dims.base_backward
+
+    assert from_checkpoint("preserve", "full", None) == "full"
+    assert from_checkpoint("preserve", "full", "auto") == "skip"
+    assert from_checkpoint("preserve", "skip", "full") == "full"
+    assert from_checkpoint("adapt", "full", "auto") == "full"
+    with pytest.raises(ValueError, match="--scale-base-backward skip: SCALE-adapt's W12"):
+        from_checkpoint("adapt", "full", "skip")

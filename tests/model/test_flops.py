@@ -43,3 +43,24 @@ def test_model_adds_layers_and_the_head() -> None:
                      + 4 * 1024 * vocab + 6 * 256 * vocab)
     with pytest.raises(ValueError, match="unknown method 'lora'"):
         flops.layer_flops("lora", SHAPE, 8)
+
+
+def test_skipping_the_base_backward_leaves_out_the_dead_terms() -> None:
+    """Issue 62: without the base dgrad (2nm), the new rows' dgrad into the base features (2m'n),
+    the base heads' backward (8 s k each) and W_out's dgrad (2Vd), an upscaled linear costs
+    0.5625x full fine-tuning at +1/4 sizes, and the bench's default model 226 against 396 MFLOP
+    per token (the issue's arithmetic). Adapt's W12 needs the full backward: refused."""
+    n, m = 1024, 4096
+    skip = flops.scale_linear(n, n // 4, m, m // 4, adapt=False, skip_base_backward=True)
+    assert skip == flops.scale_linear(n, n // 4, m, m // 4, adapt=False) - 2 * n * m - 2 * (m // 4) * n
+    assert skip / flops.dense_linear(n, m) == 0.5625
+    seq = 512
+    attn = (flops.layer_flops("preserve", SHAPE, seq, skip_base_backward=True)
+            - flops.layer_flops("preserve", SHAPE, 0, skip_base_backward=True))
+    assert attn == 4 * seq * 16 * 64 + 12 * seq * 4 * 64
+    assert flops.head_flops("preserve", SHAPE, 100, skip_base_backward=True) == 2 * 1024 * 100 + 6 * 256 * 100
+    full_ft = flops.model_flops("full_ft", SHAPE, seq, 4, 16384)
+    preserve = flops.model_flops("preserve", SHAPE, seq, 4, 16384, skip_base_backward=True)
+    assert (round(preserve / 1e6), round(full_ft / 1e6)) == (226, 396)
+    with pytest.raises(ValueError, match="W12's gradient needs the base stream's backward"):
+        flops.model_flops("adapt", SHAPE, seq, 4, 16384, adapt_layers=2, skip_base_backward=True)

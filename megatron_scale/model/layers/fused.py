@@ -21,6 +21,20 @@ leading dimension, and cuBLAS may then pick another kernel; the copy is cheap be
 
 Layout: with `chunks` c (2 for SwiGLU's [gate; up]) the assembled local output is
 [y_0, y_up_0, ..., y_{c-1}, y_up_{c-1}] (partition.py); row j-th chunk of W/W12/[W21 W22] feeds it.
+
+Skipping the base stream's backward (`skip_base`, --scale-base-backward; issue 62). Without W12 the
+base features x depend on no trainable parameter, so no trainable gradient reads dL/dx, and the
+gradient of x_up never passes through x (x never sees x_up). The backward then computes only
+
+    dX[:, :n] = 0                              not W^T dy, nor W21^T dy_up: nobody reads them
+    dX[:, n:] = dy_up W22                      one GEMM per chunk, K = m'/c, into the x_up columns
+    d[W21 W22] = dy_up^T [x; x_up]             unchanged: W21's gradient still needs x
+
+per token 2m'n' + 2m'(n+n') backward instead of 2mn + 4m'(n+n'). The zeros are the gradient the
+skip defines for the base features (every module of the model hands zeros there under the skip,
+so they are what flows), and every trainable gradient is the full backward's: the same GEMMs on
+the same operands, only the dead ones left out. Under the skip, y (returned apart: row-parallel
+at TP > 1) carries no autograd at all, so its reduction has no backward either.
 """
 
 from __future__ import annotations
@@ -51,7 +65,10 @@ class UpscaledGemm(torch.autograd.Function):
         weight_12: torch.Tensor | None,
         chunks: int,
         assemble: bool,
+        skip_base: bool,
     ) -> Any:
+        if skip_base and weight_12 is not None:
+            raise ValueError("upscaled_gemm: skip_base with W12: W12's gradient needs the base stream's backward")
         n = weight.shape[1]
         m, m_up = weight.shape[0], weight_up.shape[0]
         lead = x_full.shape[:-1]
@@ -61,8 +78,11 @@ class UpscaledGemm(torch.autograd.Function):
         if weight_12 is not None:
             y = y + torch.matmul(x_full[..., n:], weight_12.t())
         ctx.save_for_backward(x_full, weight, weight_up, weight_12)
-        ctx.chunks, ctx.assemble = chunks, assemble
+        ctx.chunks, ctx.assemble, ctx.skip_base = chunks, assemble, skip_base
         if not assemble:
+            if skip_base:  # nobody reads dy: no gradient flows into y, nor into its reduction
+                ctx.mark_non_differentiable(y)
+                ctx.set_materialize_grads(False)
             return y, torch.matmul(x_full, weight_up.t())
         out = x2.new_empty(x2.shape[0], m + m_up)
         mb, mu = m // chunks, m_up // chunks
@@ -91,13 +111,22 @@ class UpscaledGemm(torch.autograd.Function):
             parts = _cols(g, (mb, mu) * chunks)
             dy, dy_up = parts[0::2], parts[1::2]
         else:
-            dy = _cols(grads[0].reshape(-1, m), (mb,) * chunks)
+            if grads[1] is None:  # only under skip_base (grads not materialised): y_up unused
+                return None, None, None, None, None, None, None
+            dy = () if ctx.skip_base else _cols(grads[0].reshape(-1, m), (mb,) * chunks)  # () : never read
             dy_up = _cols(grads[1].reshape(-1, m_up), (mu,) * chunks)
         w_rows, up_rows = _row_chunks(weight, chunks), _row_chunks(weight_up, chunks)
         w12_rows = _row_chunks(weight_12, chunks) if weight_12 is not None else None
 
         grad_x = grad_up = grad_12 = None
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and ctx.skip_base:
+            grad_x = x2.new_empty(x2.shape)
+            grad_x[:, :n].zero_()
+            gx_up = grad_x[:, n:]
+            for j in range(chunks):  # beta 0 first: the buffer's values are never read
+                gx_up.addmm_(dy_up[j], up_rows[j][:, n:], beta=0 if j == 0 else 1)
+            grad_x = grad_x.view(x_full.shape)
+        elif ctx.needs_input_grad[0]:
             grad_x = torch.mm(dy_up[0], up_rows[0])
             for j in range(1, chunks):
                 grad_x.addmm_(dy_up[j], up_rows[j])
@@ -116,7 +145,7 @@ class UpscaledGemm(torch.autograd.Function):
             x_up2 = x2[:, n:]
             for j, rows in enumerate(_row_chunks(grad_12, chunks)):
                 torch.mm(dy[j].t(), x_up2, out=rows)
-        return grad_x, None, grad_up, grad_12, None, None
+        return grad_x, None, grad_up, grad_12, None, None, None
 
 
 def upscaled_gemm(
@@ -127,6 +156,8 @@ def upscaled_gemm(
     *,
     chunks: int = 1,
     assemble: bool = True,
+    skip_base: bool = False,
 ) -> Any:
-    """Apply the upscaled block matrix to the local input (see the module docstring)."""
-    return UpscaledGemm.apply(x_full, weight, weight_up, weight_12, chunks, assemble)
+    """Apply the upscaled block matrix to the local input (see the module docstring); `skip_base`:
+    no gradient for the base features x (zeros there) and none into y (refused with W12)."""
+    return UpscaledGemm.apply(x_full, weight, weight_up, weight_12, chunks, assemble, skip_base)

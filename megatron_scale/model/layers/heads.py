@@ -5,6 +5,11 @@
                 z_a = z_p + W_out_up h_up   W_out_up [V, d'] trainable, zero at init
                 (gated: z_a = z_p + g W_out_up h_up, g a per-token gate from z_p alone: gate.py)
 
+`skip_base_grad` (the base stream's backward skipped, fused.py): z_p is computed from the base
+features without autograd, so the frozen W_out's dgrad (2 V d per token) is never issued and the
+output layer hands zeros as the gradient of h; the embedding's base half is a lookup in a frozen
+table, which autograd never records anyway.
+
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
 router's tau, statistic, direction and unit are plain attributes (evaluation settings,
@@ -113,10 +118,11 @@ class ScaleOutputLayer(_VocabParallel):
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
         tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
         direction: str = "above", unit: str = "token", gate_statistic: str = "none", gate_tau: float = 0.5,
-        gate_temperature: float = 0.05, gate_direction: str = "above",
+        gate_temperature: float = 0.05, gate_direction: str = "above", skip_base_grad: bool = False,
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
+        self.skip_base_grad = skip_base_grad
         self.gather_output = gather_output
         self.sequence_parallel = config.sequence_parallel
         self.tau = tau
@@ -163,12 +169,14 @@ class ScaleOutputLayer(_VocabParallel):
         base_w = self.weight if weight is None else weight
         if base_w is None:
             raise ValueError("tied ScaleOutputLayer needs the embedding weight passed to forward")
-        h = column_input(hidden, self.tp_size, self.sequence_parallel, self.tp_group)
+        d = self.base_dim
+        h = column_input(hidden, self.tp_size, self.sequence_parallel, self.tp_group,
+                         d if self.skip_base_grad else None)
         head = self.head
         if head == "auto":
             head = "route" if self.routed and not self.training else "adapt"
-        d = self.base_dim
-        z_p = torch.matmul(h[..., :d], base_w.t())
+        h_base = h[..., :d].detach() if self.skip_base_grad else h[..., :d]
+        z_p = torch.matmul(h_base, base_w.t())
         if head == "preserve":
             logits = z_p
         else:

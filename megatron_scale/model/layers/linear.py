@@ -12,7 +12,10 @@ weight-gradient GEMM for W and accumulates the input gradient in one buffer. Per
 the checkpoint layout are in `partition.py`.
 
 Both classes take megatron-core's linear constructor arguments (LinearQkvBuilder / LinearFc1Builder
-protocols) plus a keyword `split: BlockSplit`, bound by the layer spec with functools.partial.
+protocols) plus the keywords `split: BlockSplit` and `skip_base_grad: bool`, bound by the layer spec
+with functools.partial. `skip_base_grad` (--scale-base-backward; refused with W12): the backward
+computes no gradient for the base features of the input (zeros there) and none into y, exactly
+every trainable one (fused.py's docstring says why that is exact).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class _UpscaledLinear(nn.Module):
         is_expert: bool = False,
         bias: bool = False,
         skip_bias_add: bool = False,
+        skip_base_grad: bool = False,
     ) -> None:
         super().__init__()
         if bias:
@@ -74,8 +78,12 @@ class _UpscaledLinear(nn.Module):
                 f"upscaled linear built as {input_size}->{output_size} but its split is "
                 f"({split.in_base}+{split.in_up})->({split.out_base}+{split.out_up})"
             )
+        if skip_base_grad and split.adapt:
+            raise ValueError("upscaled linear: skip_base_grad with W12 (Adapt): W12's gradient needs the base "
+                             "stream's backward (--scale-base-backward)")
         self.config = config
         self.split = split
+        self.skip_base_grad = skip_base_grad
         self.skip_bias_add = skip_bias_add
         self.sequence_parallel = config.sequence_parallel
         self.tp_group = tp_group if tp_group is not None else mc.parallel_state.get_tensor_model_parallel_group()
@@ -105,7 +113,8 @@ class _UpscaledLinear(nn.Module):
     def _gemm(self, x_full: torch.Tensor, assemble: bool) -> Any:
         """The block matrix on the local input: the interleaved output, or (y, y_up) unreduced."""
         return upscaled_gemm(
-            x_full, self.weight, self.weight_up, self.weight_12, chunks=self.split.chunks, assemble=assemble
+            x_full, self.weight, self.weight_up, self.weight_12, chunks=self.split.chunks, assemble=assemble,
+            skip_base=self.skip_base_grad,
         )
 
     def _state_keys(self) -> dict[str, str]:
@@ -157,6 +166,7 @@ class _UpscaledLinear(nn.Module):
         return (
             f"{s.parallel}, in={s.in_base}+{s.in_up}, out={s.out_base}+{s.out_up}, "
             f"chunks={s.chunks}, adapt={s.adapt}, tp={self.tp_size}"
+            + (", skip_base_grad" if self.skip_base_grad else "")
         )
 
 
@@ -183,6 +193,7 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
         tp_group: torch.distributed.ProcessGroup | None = None,
         stride: int = 1,
         name: str | None = None,
+        skip_base_grad: bool = False,
         **unused: Any,
     ) -> None:
         if split.parallel != "column":
@@ -197,6 +208,7 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
             is_expert=is_expert,
             bias=bias,
             skip_bias_add=skip_bias_add,
+            skip_base_grad=skip_base_grad,
         )
         self.gather_output = gather_output
 
@@ -205,7 +217,8 @@ class ScaleColumnParallelLinear(_UpscaledLinear):
     ) -> tuple[torch.Tensor, None]:
         if weight is not None:
             raise ValueError("ScaleColumnParallelLinear owns its weights; an external weight is not supported")
-        x_full = column_input(input_, self.tp_size, self.sequence_parallel, self.tp_group)
+        x_full = column_input(input_, self.tp_size, self.sequence_parallel, self.tp_group,
+                              self.in_local if self.skip_base_grad else None)
         out = self._gemm(x_full, assemble=True)
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather and self.tp_size > 1:
@@ -235,6 +248,7 @@ class ScaleRowParallelLinear(_UpscaledLinear):
         tp_comm_buffer_name: str | None = None,
         tp_group: torch.distributed.ProcessGroup | None = None,
         name: str | None = None,
+        skip_base_grad: bool = False,
         **unused: Any,
     ) -> None:
         if split.parallel != "row":
@@ -251,6 +265,7 @@ class ScaleRowParallelLinear(_UpscaledLinear):
             is_expert=is_expert,
             bias=bias,
             skip_bias_add=skip_bias_add,
+            skip_base_grad=skip_base_grad,
         )
 
     def _reduce(self, t: torch.Tensor) -> torch.Tensor:

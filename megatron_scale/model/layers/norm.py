@@ -8,6 +8,11 @@ path. Here the base half is the very call megatron-core's local RMSNorm makes (t
 
 Unlike megatron-core's torch norm, it supports sequence parallelism: its gains carry the
 `sequence_parallel` attribute, so finalize_model_grads all-reduces their partial gradients.
+
+`skip_base_grad` (the base stream's backward skipped, fused.py): the base half is normalised
+without autograd (the same call, so the same values; no statistics kept for a backward) and its
+gradient is zero; the new half keeps a copy of its own input for its backward instead of a view,
+so the layer's whole residual-stream input is not kept alive for the d' features that need it.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from megatron_scale.model.layers.partition import dp_group, param_device
 class SplitRMSNorm(nn.Module):
     """Split RMSNorm over [.., d + d'] (replicated over TP; no shard axis)."""
 
-    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, *, base_hidden: int) -> None:
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, *, base_hidden: int,
+                 skip_base_grad: bool = False) -> None:
         super().__init__()
         if not 0 < base_hidden < hidden_size:
             raise ValueError(f"SplitRMSNorm: base_hidden={base_hidden} must lie in (0, {hidden_size})")
         self.config = config
         self.eps = eps
         self.base_hidden = base_hidden
+        self.skip_base_grad = skip_base_grad
         kw = {"dtype": config.params_dtype, "device": param_device(config)}
         self.weight = nn.Parameter(torch.ones(base_hidden, **kw), requires_grad=False)
         self.weight_up = nn.Parameter(torch.ones(hidden_size - base_hidden, **kw))
@@ -41,8 +48,15 @@ class SplitRMSNorm(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         d = self.base_hidden
-        x = F.rms_norm(hidden[..., :d], (d,), self.weight, self.eps)
-        x_up = F.rms_norm(hidden[..., d:], (hidden.shape[-1] - d,), self.weight_up, self.eps)
+        up = hidden[..., d:]
+        if self.skip_base_grad:
+            with torch.no_grad():
+                x = F.rms_norm(hidden[..., :d], (d,), self.weight, self.eps)
+            if up.requires_grad:
+                up = up.contiguous()
+        else:
+            x = F.rms_norm(hidden[..., :d], (d,), self.weight, self.eps)
+        x_up = F.rms_norm(up, (hidden.shape[-1] - d,), self.weight_up, self.eps)
         return torch.cat((x, x_up), dim=-1)
 
     def sharded_state_dict(
@@ -59,7 +73,8 @@ class SplitRMSNorm(nn.Module):
         )
 
     def extra_repr(self) -> str:
-        return f"{self.base_hidden}+{self.weight_up.numel()}, eps={self.eps}"
+        return f"{self.base_hidden}+{self.weight_up.numel()}, eps={self.eps}" + (
+            ", skip_base_grad" if self.skip_base_grad else "")
 
 
 class RMSNorm(nn.Module):

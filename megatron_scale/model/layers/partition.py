@@ -183,11 +183,45 @@ def dp_group(metadata: dict | None) -> Any:
     return group if group is not None else mc.parallel_state.get_data_parallel_group(with_context_parallel=True)
 
 
-def column_input(x: torch.Tensor, tp_size: int, sequence_parallel: bool, group: Any) -> torch.Tensor:
+def column_input(x: torch.Tensor, tp_size: int, sequence_parallel: bool, group: Any,
+                 base_features: int | None = None) -> torch.Tensor:
     """The full input a column-parallel layer multiplies: all-gathered along the sequence under
-    sequence parallelism, else the replicated input (its gradient all-reduced over TP)."""
+    sequence parallelism, else the replicated input (its gradient all-reduced over TP).
+
+    `base_features` n (the base stream's backward skipped, fused.py): the layer hands zeros as the
+    gradient of the first n features, so the backward reduces only the others' (n'/(n+n') of the
+    bytes); the forward is the same collective."""
     if tp_size == 1:
         return x
+    if base_features is not None:
+        return _NewFeaturesRegion.apply(x, base_features, sequence_parallel, group)
     if sequence_parallel:
         return mc.gather_from_sequence_parallel_region(x, group=group)
     return mc.copy_to_tensor_model_parallel_region(x, group=group)
+
+
+class _NewFeaturesRegion(torch.autograd.Function):
+    """column_input's region whose backward reduces the gradient of the features past `n` only
+    and hands zeros for the first n (megatron-core's own collectives, called on the new columns)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, n: int, sequence_parallel: bool, group: Any
+    ) -> torch.Tensor:
+        ctx.n, ctx.sequence_parallel, ctx.group = n, sequence_parallel, group
+        if sequence_parallel:
+            return mc.gather_from_sequence_parallel_region(x, group=group)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        n = ctx.n
+        new = grad[..., n:].contiguous()
+        if ctx.sequence_parallel:
+            new = mc.reduce_scatter_to_sequence_parallel_region(new, group=ctx.group)
+        else:
+            new = mc.reduce_from_tensor_model_parallel_region(new, group=ctx.group)
+        out = new.new_empty(*new.shape[:-1], grad.shape[-1])
+        out[..., :n].zero_()
+        out[..., n:].copy_(new)
+        return out, None, None, None

@@ -9,6 +9,10 @@ holds only this stage's layers, numbered globally for the Adapt choice.
 is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py);
 `te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py) and TE's attention, with the
 same partition logic and checkpoint entries.
+
+The base stream's backward (--scale-base-backward, ScaleDims.skip_base_backward): every SCALE
+module takes the keyword `skip_base_grad`, bound here like `split`; where it is on, core attention
+runs the base heads apart, without autograd (split_attention.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from megatron_scale.model.layers.linear import ScaleColumnParallelLinear, ScaleR
 from megatron_scale.model.layers.norm import RMSNorm, SplitRMSNorm
 from megatron_scale.model.layers.partition import BlockSplit
 from megatron_scale.model.layers.sdpa import core_attention
+from megatron_scale.model.layers.split_attention import BaseHeadsApart
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,15 +92,20 @@ def block_splits(dims: ScaleDims, layer: int) -> dict[str, BlockSplit]:
 def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL) -> mc.ModuleSpec:
     """Spec of one upscaled TransformerLayer (0-based global `layer`)."""
     s = block_splits(dims, layer)
-    norm = partial(backend.norm, base_hidden=dims.hidden)
-    fuse = {"fuse_wgrad_accumulation": True} if backend.wgrad_fusion else {}
+    skip = dims.skip_base_backward
+    norm = partial(backend.norm, base_hidden=dims.hidden, skip_base_grad=skip)
+    kw: dict[str, Any] = {"fuse_wgrad_accumulation": True} if backend.wgrad_fusion else {}
+    kw["skip_base_grad"] = skip
+    attend = backend.core_attention
+    if skip:
+        attend = partial(BaseHeadsApart, inner=attend, base_heads=dims.heads, base_groups=dims.groups)
     attention = mc.ModuleSpec(
         module=mc.SelfAttention,
         params={"attn_mask_type": mc.AttnMaskType.causal},
         submodules=mc.SelfAttentionSubmodules(
-            linear_qkv=partial(backend.column_linear, split=s["qkv"], **fuse),
-            core_attention=backend.core_attention,
-            linear_proj=partial(backend.row_linear, split=s["proj"], **fuse),
+            linear_qkv=partial(backend.column_linear, split=s["qkv"], **kw),
+            core_attention=attend,
+            linear_proj=partial(backend.row_linear, split=s["proj"], **kw),
             q_layernorm=mc.IdentityOp,
             k_layernorm=mc.IdentityOp,
         ),
@@ -103,8 +113,8 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     mlp = partial(
         mc.MLP.as_mlp_submodule,
         submodules=mc.MLPSubmodules(
-            linear_fc1=partial(backend.column_linear, split=s["fc1"], **fuse),
-            linear_fc2=partial(backend.row_linear, split=s["fc2"], **fuse),
+            linear_fc1=partial(backend.column_linear, split=s["fc1"], **kw),
+            linear_fc2=partial(backend.row_linear, split=s["fc2"], **kw),
         ),
     )
     return mc.ModuleSpec(
@@ -137,7 +147,7 @@ def get_scale_block_spec(
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
     return mc.TransformerBlockSubmodules(
         layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)],
-        layer_norm=partial(backend.norm, base_hidden=dims.hidden),
+        layer_norm=partial(backend.norm, base_hidden=dims.hidden, skip_base_grad=dims.skip_base_backward),
     )
 
 

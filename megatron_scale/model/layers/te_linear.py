@@ -30,6 +30,12 @@ features; and it adds the gradient of a returned norm output after its own TP re
 wrong for a consumer whose gradient is partial on each rank, as the new rows' is. The split norm
 (norm.py) stays a module of its own in front of these linears.
 
+The base stream's backward skipped (`skip_base_grad`, fused.py): both TE blocks get a detached
+input, so TE issues no dgrad at all (the base one, W^T dy, and the new rows' into the base
+features, W21^T dy_up) and still the new rows' weight gradient; `_NewFeaturesGrad` then adds the
+one input gradient anybody reads, dx_up = dy_up W22 (one GEMM, on the blocks' high-precision
+weight also under FP8), and hands zeros for x.
+
 Only the GEMM-composition code here can run without a GPU (tests/model/layers/test_te_backend.py hands
 `te_pytorch` a torch stand-in); TE itself is exercised by the `gpu` tests.
 """
@@ -55,6 +61,29 @@ FP8_MULTIPLE = 16  # TE's FP8 GEMMs need every matrix dimension divisible by 16
 _BLOCKS = {"weight": "base_gemm", "weight_up": "up_gemm", "weight_12": "w12_gemm"}
 
 
+class _NewFeaturesGrad(torch.autograd.Function):
+    """(y_up, x_full [.., n+n'], weight_up [m', n+n'] detached, n) -> y_up; backward: dy_up to y_up's
+    TE node (its weight gradient), [0, dy_up W22] to x_full."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, y_up: torch.Tensor, x_full: torch.Tensor, weight_up: torch.Tensor, n: int
+    ) -> torch.Tensor:
+        ctx.save_for_backward(weight_up)
+        ctx.n, ctx.shape = n, x_full.shape
+        return y_up.view_as(y_up)
+
+    @staticmethod
+    def backward(ctx: Any, dy_up: torch.Tensor) -> Any:
+        (weight_up,) = ctx.saved_tensors
+        n = ctx.n
+        grad_x = dy_up.new_empty(ctx.shape)
+        grad_x[..., :n].zero_()
+        g = grad_x.view(-1, ctx.shape[-1])
+        g[:, n:].addmm_(dy_up.reshape(-1, dy_up.shape[-1]), weight_up[:, n:], beta=0)
+        return dy_up, grad_x, None, None
+
+
 def _zero(t: torch.Tensor) -> None:
     with torch.no_grad():
         t.zero_()
@@ -67,6 +96,7 @@ class _TEBlocks:
     split: Any
     tp_size: int
     in_local: int
+    skip_base_grad: bool
     base_gemm: nn.Module
     up_gemm: nn.Module
     w12_gemm: nn.Module | None
@@ -133,6 +163,12 @@ class _TEBlocks:
     def _gemm(self, x_full: torch.Tensor, assemble: bool) -> Any:
         base_first, new_first = self._cast_flags()
         n = self.in_local
+        if self.skip_base_grad:  # refused with W12 (linear.py)
+            y = self.base_gemm(x_full[..., :n].detach(), is_first_microbatch=base_first)
+            y_up = self.up_gemm(x_full.detach(), is_first_microbatch=new_first)
+            if x_full.requires_grad:
+                y_up = _NewFeaturesGrad.apply(y_up, x_full, self.weight_up.detach(), n)
+            return (y, y_up) if not assemble else interleave_chunks(y, y_up, self.split.chunks)
         y = self.base_gemm(x_full[..., :n], is_first_microbatch=base_first)
         if self.w12_gemm is not None:
             y = y + self.w12_gemm(x_full[..., n:], is_first_microbatch=new_first)

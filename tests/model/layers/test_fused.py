@@ -91,6 +91,34 @@ def test_frozen_input_needs_no_input_gradient() -> None:
     assert g_up.shape == up.shape and g12.shape == w12.shape and torch.count_nonzero(g_up) > 0
 
 
+@pytest.mark.parametrize("chunks,assemble", list(itertools.product((1, 2), (True, False))))
+def test_skip_base_computes_the_trainable_gradient_only(chunks: int, assemble: bool) -> None:
+    """skip_base (issue 62): the same forward, bit for bit; [W21 W22]'s gradient bitwise the full
+    backward's, the x_up columns of the input gradient equal to fp32 rounding (1e-6 of the largest
+    entry); zeros for the base columns; y returned apart has no autograd (no gradient flows into
+    its reduction)."""
+    x, w, up, _ = _weights(False)
+    out_skip = upscaled_gemm(x, w, up, None, chunks=chunks, assemble=assemble, skip_base=True)
+    out_full = upscaled_gemm(x, w, up, None, chunks=chunks, assemble=assemble)
+    if not assemble:
+        assert not out_skip[0].requires_grad and out_skip[1].requires_grad and out_full[0].requires_grad
+    a_skip, a_full = _assembled(out_skip, chunks), _assembled(out_full, chunks)
+    assert torch.equal(a_skip, a_full)
+    grad_out = torch.randn(S, B, M + M_UP, generator=torch.Generator().manual_seed(5))
+    g_x, g_up = torch.autograd.grad(a_skip, (x, up), grad_out)
+    f_x, f_up = torch.autograd.grad(a_full, (x, up), grad_out)
+    assert torch.equal(g_up, f_up)  # the very same GEMMs
+    # the x_up columns: the same products over the same K, summed by GEMMs of another width
+    torch.testing.assert_close(g_x[..., N:], f_x[..., N:], rtol=0, atol=1e-6 * float(f_x.abs().max()))
+    assert not g_x[..., :N].any() and f_x[..., :N].abs().sum() > 0
+
+
+def test_skip_base_is_refused_with_w12() -> None:
+    x, w, up, w12 = _weights(True)
+    with pytest.raises(ValueError, match="skip_base with W12"):
+        upscaled_gemm(x, w, up, w12, skip_base=True)
+
+
 @requires_gpus(1)
 @pytest.mark.parametrize("chunks,adapt", [(1, False), (2, True)])
 def test_fused_on_cuda_bf16(chunks: int, adapt: bool) -> None:
