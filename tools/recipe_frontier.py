@@ -14,8 +14,8 @@ METHODS with the LR it trained at (the recipe's LR / LR_<METHOD>) and its SEED (
 run's folder is then METHOD-seedSEED); NAME draws a variant of a method (other flags, e.g.
 --decoupled-lr) as a method of its own. Retention is the mean over the --old sets. Writes, each
 atomically: OUT/frontier.json, frontier.md (the best retention at each learning level, mean and
-spread over seeds, cells that are chords marked "~", retention capped at 1 beside raw, paired
-differences) and frontier.png; the same per --also-new set in OUT/<set>/ and, with several --old
+spread over seeds, cells that are chords marked "~", paired differences; each for retention raw,
+capped at 1 on the mean and capped at 1 on each set) and frontier.png; the same per --also-new set in OUT/<set>/ and, with several --old
 sets, per old set in OUT/by_set/<set>/; OUT/best_lr.md (which LR is best per method, seed and
 level); OUT/final.md (every run's last evaluation on every set); OUT/route_detail.json (each
 checkpoint's routers: unit, direction, tau, sweep) where Route rows come from route records.
@@ -29,7 +29,7 @@ import os
 import sys
 
 from megatron_scale.artifacts import atomic_write
-from megatron_scale.reports.frontier import Run, best_lr_table
+from megatron_scale.reports.frontier import PER_SET, RAW, RETENTIONS, Run, as_retention, best_lr_table
 from megatron_scale.reports.frontier_report import write
 from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, prior_runs, runs_of
 from megatron_scale.reports.route_frontier import route_rows
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         for axis, out in frontiers:
             routed, detail, preserve = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new),
                                                   a.base_metrics)
-            runs = [Run(r.method, r.lr, r.seed, preserve.get((r.method, r.lr, r.seed), r.curve))
+            runs = [Run(r.method, r.lr, r.seed, *preserve[key]) if (key := (r.method, r.lr, r.seed)) in preserve else r
                     for r in runs_of(specs, axis.old, axis.new, a.base_metrics)]
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                       extra={**extra, "old": list(axis.old), "new": axis.new, "curves": info})
         written += list(paths.values())
         if out == a.out:
-            atomic_write(os.path.join(out, "best_lr.md"), best_lr_table(runs, a.levels).encode("utf-8"))
+            per_set, _ = as_retention(runs, PER_SET, len(axis.old))
+            atomic_write(os.path.join(out, "best_lr.md"), (
+                f"Retention {RETENTIONS[RAW]}:\n\n{best_lr_table(runs, a.levels)}\nRetention {RETENTIONS[PER_SET]}:\n\n"
+                f"{best_lr_table(per_set, a.levels)}").encode("utf-8"))
             if detail:
                 atomic_write(os.path.join(out, "route_detail.json"), (json.dumps(detail, indent=1) + "\n").encode("utf-8"))
                 written.append(os.path.join(out, "route_detail.json"))
