@@ -17,7 +17,8 @@ atomically: OUT/frontier.json, frontier.md (the best retention at each learning 
 spread over seeds, cells that are chords marked "~", paired differences; each for retention raw,
 capped at 1 on the mean and capped at 1 on each set) and frontier.png; the same per --also-new set in OUT/<set>/ and, with several --old
 sets, per old set in OUT/by_set/<set>/; OUT/best_lr.md (which LR is best per method, seed and
-level); OUT/final.md (every run's last evaluation on every set); OUT/route_detail.json (each
+level); OUT/reach.md and reach.json (the tokens each run needs to reach each level, and its
+tokens/s); OUT/final.md (every run's last evaluation on every set); OUT/route_detail.json (each
 checkpoint's routers: unit, direction, tau, sweep) where Route rows come from route records.
 """
 
@@ -31,6 +32,7 @@ import sys
 from megatron_scale.artifacts import atomic_write
 from megatron_scale.reports.frontier import PER_SET, RAW, RETENTIONS, Run, as_retention, best_lr_table
 from megatron_scale.reports.frontier_report import write
+from megatron_scale.reports.reach import reach, reach_table
 from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, prior_runs, runs_of
 from megatron_scale.reports.route_frontier import route_rows
 
@@ -105,10 +107,16 @@ def main(argv: list[str] | None = None) -> int:
                 written.append(os.path.join(out, "route_detail.json"))
             with open(paths["md"], encoding="utf-8") as f:
                 print(f.read())
+    rows = reach(specs, a.levels, a.new, a.base_metrics)
+    atomic_write(os.path.join(a.out, "reach.json"), (json.dumps({"new": a.new, "levels": a.levels, "runs": rows},
+                                                                indent=1) + "\n").encode("utf-8"))
+    atomic_write(os.path.join(a.out, "reach.md"), (
+        f"Tokens to each {a.new} learning level (first crossing, linear between the evaluations in brackets) and "
+        f"tokens/s (median of the training records)\n\n{reach_table(rows, a.levels, a.new)}").encode("utf-8"))
     final = final_table(specs, tuple(a.sets), a.base_metrics)
     atomic_write(os.path.join(a.out, "final.md"), final.encode("utf-8"))
     print(final)
-    print(f"wrote {', '.join(written)}, {os.path.join(a.out, 'final.md')}")
+    print(f"wrote {', '.join(written)}, {os.path.join(a.out, 'reach.md')}, {os.path.join(a.out, 'final.md')}")
     return 0
 
 
