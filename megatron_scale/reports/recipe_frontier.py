@@ -297,27 +297,35 @@ def prior_runs(folder: str | os.PathLike, rel: str, axis: Axis) -> list[Run]:
     runs = [Run(r["method"], float(r["lr"]), int(r["seed"]), tuple((float(a), float(b)) for a, b in r["curve"]),
                 tuple(tuple(float(v) for v in p) for p in r.get("parts", ())))
             for r in doc["runs"]]
-    if len(axis.old) > 1:
-        runs = [r if r.parts else Run(r.method, r.lr, r.seed, r.curve, prior_parts(folder, axis, r)) for r in runs]
+    if len(axis.old) > 1 and not all(r.parts for r in runs):
+        by_set = _by_set_curves(folder, axis)
+        runs = [r if r.parts else Run(r.method, r.lr, r.seed, r.curve, prior_parts(by_set, r)) for r in runs]
     return runs
 
 
-def prior_parts(folder: str | os.PathLike, axis: Axis, run: Run) -> tuple[tuple[float, ...], ...]:
-    """A prior run's per-set retentions from the earlier frontier's by_set/<set>/frontier.json (the
-    same run's curve with each old set alone), where they line up with its curve: as many points,
-    and their mean each point's retention (to 1e-9); () where any set's curve is missing or does not."""
-    by_set = []
-    for s in axis.old:
+def _by_set_curves(folder: str | os.PathLike, axis: Axis) -> dict[tuple, list[list[float]]] | None:
+    """Per (method, LR, seed) of an earlier frontier's by_set/<set>/frontier.json, each old set's
+    retention along the curve (None where a set's folder is missing)."""
+    got: dict[tuple, list[list[float]]] = {}
+    for i, s in enumerate(axis.old):
         path = Path(folder) / "by_set" / s / "frontier.json"
         if not path.is_file():
-            return ()
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        same = [r["curve"] for r in doc["runs"] if (r["method"], float(r["lr"]), int(r["seed"])) ==
-                (run.method, run.lr, run.seed)]
-        if len(same) != 1 or len(same[0]) != len(run.curve):
-            return ()
-        by_set.append([float(b) for _, b in same[0]])
-    got = tuple(zip(*by_set, strict=True))
+            return None
+        for r in json.loads(path.read_text(encoding="utf-8"))["runs"]:
+            key = (r["method"], float(r["lr"]), int(r["seed"]))
+            if len(got.setdefault(key, [])) == i:  # a run named twice in one set's file is left to fail the check
+                got[key].append([float(b) for _, b in r["curve"]])
+    return {k: v for k, v in got.items() if len(v) == len(axis.old)}
+
+
+def prior_parts(by_set: dict[tuple, list[list[float]]] | None, run: Run) -> tuple[tuple[float, ...], ...]:
+    """A prior run's per-set retentions from its earlier frontier's by_set/ curves (_by_set_curves),
+    where they line up with its curve: as many points, and their mean each point's retention (to
+    1e-9); () where they are missing or do not."""
+    sets = (by_set or {}).get((run.method, run.lr, run.seed))
+    if not sets or any(len(c) != len(run.curve) for c in sets):
+        return ()
+    got = tuple(zip(*sets, strict=True))
     if any(abs(statistics.fmean(p) - old) > 1e-9 for p, (_, old) in zip(got, run.curve, strict=True)):
         return ()
     return got

@@ -94,3 +94,18 @@ def test_recipe_runs_carry_per_set_retentions_and_priors_get_theirs_from_by_set(
         {"runs": [{**entry, "curve": [[0.0, 1.0], [0.2, 0.98]]}]}))
     (prior,) = prior_runs(tmp_path / "prior", ".", Axis.of(old, "ko"))
     assert prior.parts == ()
+
+
+def test_the_committed_v2_frontier_gives_the_reviews_per_set_capped_cells() -> None:
+    """Science review 5 recomputed full fine-tuning at 1e-4 (3 seeds) per-set capped from v2's by_set/
+    curves: 0.9988-0.9990 at 10 % learning, 0.9984 / 0.9985 / 0.9999 at 20 %, where raw is 1.003-1.006."""
+    from megatron_scale.reports.recipe_frontier import Axis, prior_runs
+
+    v2 = Path(__file__).resolve().parents[2] / "results" / "2026-11-28-smollm2-frontier-v2"
+    runs = [r for r in prior_runs(v2, ".", Axis.of(("en", "en_modern", "en_passages"), "ko"))
+            if (r.method, r.lr) == ("full", 1e-4)]
+    assert sorted(r.seed for r in runs) == [1234, 1235, 1236] and all(r.parts for r in runs)
+    cells = {mode: summarise(as_retention(runs, mode, 3)[0], [0.1, 0.2])["full"]["levels"] for mode in (RAW, PER_SET)}
+    assert [round(v, 4) for v in cells[PER_SET][0.1].values] == [0.999, 0.9988, 0.9988]
+    assert [round(v, 4) for v in cells[PER_SET][0.2].values] == [0.9984, 0.9985, 0.9999]
+    assert all(v > 1.003 for v in cells[RAW][0.1].values + cells[RAW][0.2].values)
