@@ -254,18 +254,21 @@ science_specs() {  # the runs that trained (metrics with an evaluation): "NAME=W
   done
 }
 
-benchmarks() {  # PYTHON TASKS BASE SPEC...: the base's and each run's last checkpoint side by side, then the table
-  local py=$1 tasks=$2 base=$3 spec name rest pids=() rc=0 pid f tables=()
-  shift 3
+benchmarks() {  # PYTHON JOBS TASKS BASE SPEC...: the base's and each run's last checkpoint, JOBS at a time, then the table
+  local py=$1 jobs=$2 tasks=$3 base=$4 spec name rest pids=() rc=0 pid f tables=() loads=()
+  shift 4
   mkdir -p "$W/bench"
   local args=(--tokenizer "$HF_MODEL" --tasks "$tasks")
   [ "${BENCHMARK_LIMIT:-0}" != 0 ] && args+=(--limit "$BENCHMARK_LIMIT")
-  "$py" tools/eval_benchmarks.py --load "$base" "${args[@]}" --output "$W/bench/base.json" > "$W/bench/base.log" 2>&1 &
-  pids+=($!)
+  loads=("base=$base")
   for spec in "$@"; do  # NAME=WORKDIR:METHOD:LR:SEED: the run's folder is WORKDIR/runs/METHOD-seedSEED
-    name=${spec%%=*}; IFS=: read -r -a rest <<< "${spec#*=}"
-    "$py" tools/eval_benchmarks.py --load "${rest[0]}/runs/${rest[1]}-seed${rest[3]}" "${args[@]}" \
-      --output "$W/bench/$name.json" > "$W/bench/$name.log" 2>&1 &
+    IFS=: read -r -a rest <<< "${spec#*=}"; loads+=("${spec%%=*}=${rest[0]}/runs/${rest[1]}-seed${rest[3]}")
+  done
+  for spec in "${loads[@]}"; do
+    name=${spec%%=*}
+    if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}" || rc=1; pids=("${pids[@]:1}"); fi
+    "$py" tools/eval_benchmarks.py --load "${spec#*=}" "${args[@]}" --output "$W/bench/$name.json" \
+      > "$W/bench/$name.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -312,11 +315,11 @@ run_science() {
   export NEW_EVAL="ko_legal=$raw/ko_valid.jsonl"
   export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 ROUTE_SWEEP=0 BENCHMARKS="" PREPROCESS_FLAGS="--append-eod --workers 4"
   export LR=1e-3 LR_FULL=1e-5 LR_FREEZE=1e-5 LR_LORA=1e-5 LR_LLAMA_PRO=2e-4 ROUTE_UNIT=char ROUTE_STATISTIC=centered-cosine
-  local first=16384 min_tokens=${MIN_TOKENS:-4000000} sweep_n
+  local first=16384 min_tokens=${MIN_TOKENS:-4000000} sweep_n bench_jobs=8
   if [ "$REHEARSE" = 1 ]; then  # a few iterations of everything, tiny batches; every method admitted
     export SEQ_LENGTH=64 MICRO_BATCH=1 GLOBAL_BATCH=2 EVAL_ITERS=1 WARMUP_ITERS=1 BENCHMARK_LIMIT=4
     export OMP_NUM_THREADS=2 TRAIN_FLAGS="--split 100,0,0" CAL_ITERS=${CAL_ITERS:-2}
-    tiny=(--min-iters 4 --max-iters 4); first=128 min_tokens=${MIN_TOKENS:-0} sweep_n=2
+    tiny=(--min-iters 4 --max-iters 4); first=128 min_tokens=${MIN_TOKENS:-0} sweep_n=2 bench_jobs=1  # a model at a time in memory
   else  # v2's 256-token windows (the CPU frontier's), 64 of them per evaluated set: 16k tokens
     export SEQ_LENGTH=256 MICRO_BATCH=64 GLOBAL_BATCH=64 EVAL_ITERS=1 WARMUP_ITERS=20 BENCHMARK_LIMIT=0
     export TRAIN_FLAGS="--split 100,0,0 --bf16"
@@ -356,7 +359,7 @@ run_science() {
   fi
   local specs
   mapfile -t specs < <(science_specs)
-  phase benchmarks 120 benchmarks "$PY" "$tasks" "$cal/ckpt/base" "${specs[@]}"
+  phase benchmarks 120 benchmarks "$PY" "$bench_jobs" "$tasks" "$cal/ckpt/base" "${specs[@]}"
   if [ "${#specs[@]}" -gt 0 ]; then
     # shellcheck disable=SC2086  # LEVELS: the plan's levels, one word each
     phase frontier 120 "$PY" tools/recipe_frontier.py --out "$W/frontier" --title "SmolLM2-135M-Instruct on NSMC Korean ($GPU)" \
