@@ -158,7 +158,8 @@ def test_science_rehearsed_with_stand_ins_keeps_its_phases_plan_and_out_layout(t
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "tests" / "_science_standin.py"}" "$@"\n')
     python.chmod(0o755)
     r, out, status = _run(tmp_path, "science", "--rehearse", "--budget", "3000", NSMC_SPLITS=str(splits),
-                          KOBEST_DIR=str(kobest), PYTHON=str(python), STANDIN_REAL_PYTHON=sys.executable)
+                          KOBEST_DIR=str(kobest), PYTHON=str(python), STANDIN_REAL_PYTHON=sys.executable,
+                          REHEARSE_SIDE_BY_SIDE="1")  # the card's order: the two waves side by side
     assert r.returncode == 0, (out / "science.log").read_text()[-4000:]
     phases = _phases(status)
     assert list(phases) == ["install", "data", "calibrate", "plan", "train", "sweep", "benchmarks", "frontier"], phases

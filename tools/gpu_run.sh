@@ -242,6 +242,16 @@ wave() {  # WORKDIR PORT SPEC...: each SPEC's run trained in WORKDIR in turn, ea
   return "$rc"
 }
 
+in_turn() {  # NAME1 CMD1 -- NAME2 CMD2: both() one after the other (each logged apart, then both shown)
+  local a=() rc=0
+  while [ "$1" != -- ]; do a+=("$1"); shift; done
+  shift
+  "${a[@]:1}" > "$W/${a[0]}.log" 2>&1 || rc=$?
+  "${@:2}" > "$W/$1.log" 2>&1 || rc=$((rc > $? ? rc : $?))
+  echo "-- ${a[0]}"; cat "$W/${a[0]}.log"; echo "-- $1"; cat "$W/$1.log"
+  return "$rc"
+}
+
 science_specs() {  # the runs that trained (metrics with an evaluation): "NAME=WORKDIR:METHOD:LR:SEED", one a line
   local wd spec name m lr flags list
   for wd in "$W/wave_a" "$W/wave_b"; do
@@ -344,8 +354,11 @@ run_science() {
   [ "$INCLUDE_OPTIONAL" = 1 ] && a=("${SCIENCE_A[@]}") b=("${SCIENCE_B[@]}")
   : > "$W/runs.jsonl"
   local run_wave=(bash -c "$(declare -f wave); W='$W'; wave \"\$@\"" _)   # both() runs commands, not this shell's functions
-  phase train $((WAVE_SECONDS + 90)) both wave_a "${run_wave[@]}" "$wa" 29410 "${a[@]}" \
-    -- wave_b "${run_wave[@]}" "$wb" 29420 "${b[@]}"
+  local order=both limit=$((WAVE_SECONDS + 90))
+  if [ "$REHEARSE" = 1 ] && [ "${REHEARSE_SIDE_BY_SIDE:-0}" != 1 ]; then  # one SmolLM2 training at a time in a CPU's memory
+    order=in_turn limit=$((2 * WAVE_SECONDS + 90))
+  fi
+  phase train "$limit" "$order" wave_a "${run_wave[@]}" "$wa" 29410 "${a[@]}" -- wave_b "${run_wave[@]}" "$wb" 29420 "${b[@]}"
   EXTRA="$EXTRA, \"runs\": [$(paste -sd, "$W/runs.jsonl")]"; json
   local preserve=$wa/runs/scale-preserve-seed$SCIENCE_SEED
   if [ -f "$preserve/latest_checkpointed_iteration.txt" ]; then  # Route is Preserve routed: its last checkpoint
