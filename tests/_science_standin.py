@@ -40,7 +40,7 @@ def _recipe() -> None:
         lr, flags = env.get(f"LR_{var}") or env["LR"], env.get(f"TRAIN_FLAGS_{var}", "")
         with (work / "standin.jsonl").open("a") as f:
             f.write(json.dumps({"method": m, "lr": lr, "flags": flags, "seed": seed, "train_iters": iters,
-                                "eval_iterations": evals, "time": time.time()}) + "\n")
+                                "eval_iterations": evals, "benchmarks": env.get("BENCHMARKS"), "time": time.time()}) + "\n")
         run = work / "runs" / (m if seed is None else f"{m}-seed{seed}")
         run.mkdir(parents=True, exist_ok=True)
         rate = RATES.get(m, 0.05) * (2 if float(lr) > 1e-4 else 1)

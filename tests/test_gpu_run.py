@@ -176,6 +176,7 @@ def test_science_rehearsed_with_stand_ins_keeps_its_phases_plan_and_out_layout(t
     planned = (tmp_path / "work" / "plan.json").stat().st_mtime
     assert len(asked) == 6 and all(a["train_iters"] == 4 and a["eval_iterations"] == [0, 1, 2, 4] and a["seed"] == 1234
                                    and a["time"] >= planned for a in asked)
+    assert all(a["benchmarks"] == "" for a in asked)  # the benchmarks are a phase of their own, not the recipe's
     assert {(a["method"], a["lr"], a["flags"]) for a in asked} >= {("full", "1e-5", ""), ("full", "1e-4", ""),
                                                                   ("scale-preserve", "3e-3", "--scale-output-rows hangul")}
     assert sorted(p.name for p in out.iterdir()) == ["benchmarks.md", "frontier.json", "frontier.md", "reach.json",

@@ -319,11 +319,14 @@ run_science() {
   fi
   # the recipe's settings for every run: examples/configs/smollm2-cpu.env's, then these (the environment wins);
   # held out: NSMC (ko), the legal Korean (ko_legal, a second new-language set) and three English sets
-  export SCALE_CONFIG=examples/configs/smollm2-cpu.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
+  # (the config assigns BENCHMARKS where it is empty: a config of the run's own empties it after, since
+  # the benchmarks are a phase of their own here, on every run's last checkpoint, stopped or not)
+  printf 'source examples/configs/smollm2-cpu.env\nBENCHMARKS=""\n' > "$W/science.env"
+  export SCALE_CONFIG=$W/science.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
   export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
   export EXTRA_EVAL="en_modern=$raw/en_modern_valid.jsonl en_passages=$raw/en_passages_valid.jsonl"
   export NEW_EVAL="ko_legal=$raw/ko_valid.jsonl"
-  export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 ROUTE_SWEEP=0 BENCHMARKS="" PREPROCESS_FLAGS="--append-eod --workers 4"
+  export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 ROUTE_SWEEP=0 PREPROCESS_FLAGS="--append-eod --workers 4"
   export LR=1e-3 LR_FULL=1e-5 LR_FREEZE=1e-5 LR_LORA=1e-5 LR_LLAMA_PRO=2e-4 ROUTE_UNIT=char ROUTE_STATISTIC=centered-cosine
   local first=16384 min_tokens=${MIN_TOKENS:-4000000} sweep_n bench_jobs=8
   if [ "$REHEARSE" = 1 ]; then  # a few iterations of everything, tiny batches; every method admitted
