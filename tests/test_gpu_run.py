@@ -3,9 +3,9 @@ tiny shapes, TE's GPU-only steps skipped, saying so): what each run leaves in OU
 one JSON plus result files, at most 8 and none below OUT's first level, with the JSON there and
 naming the phase when one fails. Also tools/gpu_run_plan.py, which sizes the science waves.
 
-The science run end to end on CPU (SmolLM2-135M, two iterations of each method: about 15 minutes
-on the 2-core machine) is behind GPU_RUN_SCIENCE_REHEARSAL=1, outside CI; docs/gpu.md has its
-timings."""
+The science run is rehearsed in CI with its trainings and benchmark passes stood in for
+(tests/_science_standin.py); end to end on CPU (SmolLM2-135M, four iterations of each method) it
+is behind GPU_RUN_SCIENCE_REHEARSAL=1, outside CI; docs/gpu.md has its timings."""
 
 from __future__ import annotations
 
@@ -104,23 +104,93 @@ def test_bad_arguments_are_named() -> None:
     assert r.returncode == 2 and "unknown argument --bogus" in r.stderr
 
 
-def test_the_plan_sizes_each_run_from_the_measured_rate(tmp_path: Path) -> None:
+def _plan(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     metrics = tmp_path / "metrics.jsonl"
     rates = [1000.0, 30000.0, 50000.0, 52000.0, 48000.0]  # the first two: start-up
     metrics.write_text("".join(json.dumps({"iteration": i + 1, "tokens_per_s": t}) + "\n" for i, t in enumerate(rates)))
-    plan = tmp_path / "plan.env"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_run_plan.py"), "--metrics", str(metrics),
-                        "--seconds", "400", "--tokens-per-iter", "32768", "--out", str(plan)],
+                        "--tokens-per-iter", "16384", "--out", str(tmp_path / "plan.env"), *extra],
                        capture_output=True, text=True, check=False)
+    return r, (json.loads((tmp_path / "plan.json").read_text()) if r.returncode == 0 else {})
+
+
+def test_the_plan_fixes_runs_evaluations_levels_and_the_gate_from_the_measured_rate(tmp_path: Path) -> None:
+    # 50,000 tok/s x 0.6 (two waves) x 0.6 (training) x 400 s over 3 runs a wave / 16,384 tokens: 146 iterations,
+    # 2.4M tokens each, short of 4M: the gate keeps the optional runs out, and 2 a wave get 219 (3.6M)
+    r, plan = _plan(tmp_path, "--seconds", "400", "--core-per-wave", "2", "--optional-per-wave", "1",
+                    "--min-tokens", "4000000")
     assert r.returncode == 0, r.stderr
-    env = dict(line.split("=") for line in plan.read_text().split())
-    # 50,000 tok/s x 0.6 (two waves) x 400 s x 0.6 (training) / 4 methods / 32,768 tokens
-    assert env["TRAIN_ITERS"] == str(int(50000 * 0.6 * 400 * 0.6 / 4 // 32768)) and env["WAVE_SECONDS"] == "400"
-    assert env["EVAL_INTERVAL"] == str(int(env["TRAIN_ITERS"]) // 4) and float(env["TOKENS_PER_S"]) == 50000.0
+    assert plan["INCLUDE_OPTIONAL"] == 0 and plan["METHODS_PER_WAVE"] == 2 and plan["METHOD_SECONDS"] == 200
+    assert plan["TRAIN_ITERS"] == int(50000 * 0.6 * 0.6 * 200 // 16384) == 219 and plan["MEETS_MIN_TOKENS"] == 0
+    # evaluations at 0, then every doubling of the tokens from 16k (one iteration's), and at the end
+    assert plan["EVAL_ITERATIONS"] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 219] and plan["LEVELS"] == [0.05, 0.1, 0.2, 0.3, 0.4]
+    env = dict(line.split("=", 1) for line in (tmp_path / "plan.env").read_text().splitlines())
+    assert env["TRAIN_ITERS"] == "219" and env["EVAL_ITERATIONS"] == '"0 1 2 4 8 16 32 64 128 219"'
+    assert env["LEVELS"] == '"0.05 0.1 0.2 0.3 0.4"' and float(env["TOKENS_PER_S"]) == 50000.0
+    # twice the time: three a wave get 4.8M tokens each, and the optional runs are in
+    r, plan = _plan(tmp_path, "--seconds", "800", "--core-per-wave", "2", "--optional-per-wave", "1",
+                    "--min-tokens", "4000000")
+    assert plan["INCLUDE_OPTIONAL"] == 1 and plan["TOKENS_PER_RUN"] == 292 * 16384 and plan["MEETS_MIN_TOKENS"] == 1
+    r, _ = _plan(tmp_path, "--seconds", "400", "--levels", "0.05", "1.5")
+    assert r.returncode != 0 and "--levels" in r.stderr
     bad = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_run_plan.py"), "--metrics", str(tmp_path / "none"),
-                          "--seconds", "400", "--tokens-per-iter", "32768", "--out", str(plan)],
+                          "--seconds", "400", "--tokens-per-iter", "32768", "--out", str(tmp_path / "plan.env")],
                          capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "no such file (did the calibration train?)" in bad.stderr
+
+
+def test_science_rehearsed_with_stand_ins_keeps_its_phases_plan_and_out_layout(tmp_path: Path) -> None:
+    """The science run's every phase on CPU, its trainings and benchmark passes stood in for
+    (tests/_science_standin.py: made-up losses in the files a run writes), its plan, frontier,
+    benchmark table and packing real: the plan is fixed before the first run, every run trains
+    with it, and OUT holds the JSON and log, the frontier's JSON and tables, the benchmark table
+    and one archive, at its first level."""
+    import tarfile
+
+    splits, kobest = tmp_path / "nsmc", tmp_path / "kobest"
+    splits.mkdir()
+    for name in ("train", "heldout"):
+        (splits / f"{name}.jsonl").write_text('{"text": "정말 재미있는 영화였어요"}\n')
+    for task in ("COPA", "HellaSwag"):
+        (kobest / task).mkdir(parents=True)
+        (kobest / task / "test.tsv").write_text("")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "tests" / "_science_standin.py"}" "$@"\n')
+    python.chmod(0o755)
+    r, out, status = _run(tmp_path, "science", "--rehearse", "--budget", "3000", NSMC_SPLITS=str(splits),
+                          KOBEST_DIR=str(kobest), PYTHON=str(python), STANDIN_REAL_PYTHON=sys.executable,
+                          REHEARSE_SIDE_BY_SIDE="1")  # the card's order: the two waves side by side
+    assert r.returncode == 0, (out / "science.log").read_text()[-4000:]
+    phases = _phases(status)
+    assert list(phases) == ["install", "data", "calibrate", "plan", "train", "sweep", "benchmarks", "frontier"], phases
+    assert [phases[p] for p in ("calibrate", "plan", "train", "sweep", "benchmarks", "frontier")] == ["ok"] * 6, phases
+    assert all(isinstance(p["seconds"], int) and p["seconds"] >= 0 for p in status["phases"]) and status["finished"]
+    plan = status["plan"]
+    assert plan["LEVELS"] == [0.05, 0.1, 0.2, 0.3, 0.4] and plan["INCLUDE_OPTIONAL"] == 1  # the rehearsal gates nothing
+    assert plan["TRAIN_ITERS"] == 4 and plan["EVAL_ITERATIONS"] == [0, 1, 2, 4]
+    runs = {x["name"]: x for x in status["runs"]}
+    assert set(runs) == {"full-lr1e-5", "scale-preserve", "lora", "full-lr1e-4", "scale-preserve-hangul-rows", "freeze"}
+    assert all(x["status"] == "done" for x in runs.values()), runs
+    # every run trained with the plan's settings, each with its own LR (and the rows their flag), seed 1234
+    asked = [json.loads(line) for w in ("wave_a", "wave_b") for line in (tmp_path / "work" / w / "standin.jsonl").read_text().splitlines()]
+    planned = (tmp_path / "work" / "plan.json").stat().st_mtime
+    assert len(asked) == 6 and all(a["train_iters"] == 4 and a["eval_iterations"] == [0, 1, 2, 4] and a["seed"] == 1234
+                                   and a["time"] >= planned for a in asked)
+    assert all(a["benchmarks"] == "" for a in asked)  # the benchmarks are a phase of their own, not the recipe's
+    assert {(a["method"], a["lr"], a["flags"]) for a in asked} >= {("full", "1e-5", ""), ("full", "1e-4", ""),
+                                                                  ("scale-preserve", "3e-3", "--scale-output-rows hangul")}
+    assert sorted(p.name for p in out.iterdir()) == ["benchmarks.md", "frontier.json", "frontier.md", "reach.json",
+                                                     "reach.md", "reports.tgz", "science.json", "science.log"]
+    md = (out / "frontier.md").read_text()
+    assert "ko learning = 0.4" in md and "per-set capped" in md and "scale-preserve-hangul-rows - full-lr1e-5" in md
+    reach = json.loads((out / "reach.json").read_text())
+    assert {x["name"] for x in reach["runs"]} == set(runs) and all(x["tokens_per_s"] > 0 for x in reach["runs"])
+    bench = (out / "benchmarks.md").read_text()
+    assert "kobest_copa acc (%)" in bench and "| full-lr1e-4 |" in bench and "kobest_hellaswag 25.0 %" in bench
+    with tarfile.open(out / "reports.tgz") as t:
+        names = t.getnames()
+    assert "plan.json" in names and "frontier/by_set/en_modern/frontier.md" in names and "frontier/ko_legal/frontier.md" in names
+    assert sum(n.endswith("metrics.jsonl") for n in names) == 6 and "bench/base.json" in names
 
 
 @pytest.mark.skipif(os.environ.get("GPU_RUN_SCIENCE_REHEARSAL") != "1",

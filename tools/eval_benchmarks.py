@@ -25,7 +25,11 @@ Zero-shot by default (the task files' rc_0shot variants; ARC's are its validatio
 Korean: --tasks nsmc is NSMC sentiment (zero-shot, balanced, on movies no training text holds)
 from the folder tools/prepare_nsmc.py writes, named by --nsmc-dir or $NSMC_DIR; nsmc_dev is its
 dev part, --variant nsmc_dev=FORM another prompt form (megatron_scale/evaluation/nsmc.py).
-All the work is in megatron_scale.evaluation.
+--tasks kobest_boolq,kobest_copa,kobest_hellaswag,kobest_sentineg,kobest_wic is KoBEST (CC BY-SA
+4.0) with lm-evaluation-harness's kobest_* prompts, on the test part (--variant kobest_copa=dev:
+the dev part), from the folder of its TSV files named by --kobest-dir or $KOBEST_DIR
+(megatron_scale/evaluation/kobest.py). Every task reports the accuracy of a uniform guess
+(chance) beside its own. All the work is in megatron_scale.evaluation.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
                    metavar="TASK=VARIANT", help="another task file variant for one task (repeatable)")
     p.add_argument("--nsmc-dir", default=None, help="for the nsmc tasks: tools/prepare_nsmc.py's --out folder "
                    "(default: $NSMC_DIR)")
+    p.add_argument("--kobest-dir", default=None, help="for the kobest tasks: the folder of KoBEST's BoolQ/ COPA/ "
+                   "HellaSwag/ SentiNeg/ WiC/ TSV files (default: $KOBEST_DIR)")
     p.add_argument("--limit", type=int, default=None, help="documents per task, drawn with --seed (default: all)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset (default 1234)")
     p.add_argument("--output", required=True, help="results JSON to write (the table goes beside it, .md)")
@@ -96,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag}: must be at least 1, got {value}")
     if args.nsmc_dir:  # where evaluation/nsmc.py looks, here and in the ranks --load spawns
         os.environ["NSMC_DIR"] = args.nsmc_dir
+    if args.kobest_dir:  # the same for evaluation/kobest.py
+        os.environ["KOBEST_DIR"] = args.kobest_dir
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from megatron_scale.checkpoint import CheckpointError

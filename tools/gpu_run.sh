@@ -12,12 +12,18 @@
 # local    the same kit (installed unless TE imports already), then the local path's bench rows at the
 #          same shape with SDPA attention and with the unfused one, and SDPA's profile: the columns
 #          the te run leaves out, on the same card (a second call on the warm machine).
-# science  issue 47's run: the science kit installed (gpu_kit/science: SmolLM2-135M-Instruct's
-#          wheel, megatron-core, gguf, the prepared NSMC Korean, the held-out and benchmark files),
-#          the recipe prepared and full fine-tuning trained for calibration (tokens/s measured
-#          there), the methods' iterations sized from it (tools/gpu_run_plan.py), two waves of
-#          methods trained side by side with evaluations along training, each stopping and saving
-#          on its time limit, the router sweep and the benchmarks, the frontier.
+# science  issue 58's run: the science kit installed (gpu_kit/science: SmolLM2-135M-Instruct's
+#          wheel, megatron-core, gguf, the prepared NSMC Korean, the held-out and benchmark files,
+#          KoBEST's COPA and HellaSwag), the recipe prepared and full fine-tuning trained for
+#          calibration (tokens/s measured there), then the plan (tools/gpu_run_plan.py) fixes before
+#          any run starts each run's iterations and time limit, the evaluations (every doubling of
+#          tokens from 16k), which methods fit (full fine-tuning at 1e-5 and 1e-4, SCALE-Preserve at
+#          1e-3, Preserve with the Hangul rows at 3e-3, seed 1234; LoRA and Freeze where every run
+#          still gets 4M tokens) and the frontier's learning levels (5/10/20/30/40 %); two waves side
+#          by side, each training its methods in turn, each run stopping and saving on its own
+#          limit; the router sweep on Preserve's last checkpoint; ARC-Easy, KoBEST COPA and
+#          HellaSwag on the base (every run's start) and each run's last checkpoint; the frontier
+#          (retention raw, capped and per-set capped; the tokens each run needs per level; tokens/s).
 #
 # Everything goes into OUT (default runs/gpu_run/RUN): RUN.log (every phase's output) and
 # RUN.json (each phase's status, seconds and limit; written when the run starts and after every
@@ -32,7 +38,8 @@
 # or timed out, 2 bad arguments, 3 the TE install or smoke test failed (the log names the
 # fallbacks). PYTHON (default python3) is the node's Python; KIT (default
 # gpu_kit) the carried kit; for science, NSMC_SPLITS a folder of prepared NSMC splits or NSMC_INPUT
-# what tools/prepare_nsmc.py reads, and TRAIN_SECONDS the training time of the two waves.
+# what tools/prepare_nsmc.py reads, KOBEST_DIR KoBEST's folder (default: the kit's), WAVE_SECONDS
+# the training time of the two waves (default: what the budget leaves) and MIN_TOKENS the gate.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -211,6 +218,76 @@ run_local() {  # the local path's two attention columns on the same card, then S
 }
 
 # ---- science -----------------------------------------------------------------------------------
+# Each wave's runs, in turn: "NAME METHOD LR [TRAINING FLAGS]" (NAME: the frontier's row); the last of
+# each wave runs only where the plan's gate admits it (INCLUDE_OPTIONAL).
+SCIENCE_A=("full-lr1e-5 full 1e-5" "scale-preserve scale-preserve 1e-3" "lora lora 1e-5")
+SCIENCE_B=("full-lr1e-4 full 1e-4" "scale-preserve-hangul-rows scale-preserve 3e-3 --scale-output-rows hangul"
+           "freeze freeze 1e-5")
+SCIENCE_SEED=1234
+
+wave() {  # WORKDIR PORT SPEC...: each SPEC's run trained in WORKDIR in turn, each under METHOD_SECONDS
+  local wd=$1 port=$2 spec name m lr flags v t rc=0 r st
+  shift 2
+  for spec in "$@"; do
+    read -r name m lr flags <<< "$spec"
+    v=${m^^}; v=${v//-/_}; t=$SECONDS
+    echo "-- $name: --method $m at $lr ${flags:+($flags) }for at most $METHOD_SECONDS s"
+    timeout --signal=TERM --kill-after=60 "$METHOD_SECONDS" env WORKDIR="$wd" MASTER_PORT="$port" METHODS="$m" \
+      "LR_$v=$lr" "TRAIN_FLAGS_$v=$flags" bash examples/scale_korean.sh; r=$?
+    case $r in 0) st="done" ;; 124) st=stopped ;; *) st=failed; rc=1 ;; esac   # stopped: SIGTERM, it saved
+    echo "-- $name: $st (rc $r) in $((SECONDS - t)) s"
+    printf '{"name": "%s", "method": "%s", "lr": "%s", "workdir": "%s", "status": "%s", "seconds": %s}\n' \
+      "$name" "$m" "$lr" "$wd" "$st" "$((SECONDS - t))" >> "$W/runs.jsonl"
+  done
+  return "$rc"
+}
+
+in_turn() {  # NAME1 CMD1 -- NAME2 CMD2: both() one after the other (each logged apart, then both shown)
+  local a=() rc=0
+  while [ "$1" != -- ]; do a+=("$1"); shift; done
+  shift
+  "${a[@]:1}" > "$W/${a[0]}.log" 2>&1 || rc=$?
+  "${@:2}" > "$W/$1.log" 2>&1 || rc=$((rc > $? ? rc : $?))
+  echo "-- ${a[0]}"; cat "$W/${a[0]}.log"; echo "-- $1"; cat "$W/$1.log"
+  return "$rc"
+}
+
+science_specs() {  # the runs that trained (metrics with an evaluation): "NAME=WORKDIR:METHOD:LR:SEED", one a line
+  local wd spec name m lr flags list
+  for wd in "$W/wave_a" "$W/wave_b"; do
+    if [ "$wd" = "$W/wave_a" ]; then list=("${SCIENCE_A[@]}"); else list=("${SCIENCE_B[@]}"); fi
+    for spec in "${list[@]}"; do
+      read -r name m lr flags <<< "$spec"
+      grep -qs '"kind": "eval/' "$wd/runs/$m-seed$SCIENCE_SEED/metrics.jsonl" || continue
+      echo "$name=$wd:$m:$lr:$SCIENCE_SEED"
+    done
+  done
+}
+
+benchmarks() {  # PYTHON JOBS TASKS BASE SPEC...: the base's and each run's last checkpoint, JOBS at a time, then the table
+  local py=$1 jobs=$2 tasks=$3 base=$4 spec name rest pids=() rc=0 pid f tables=() loads=()
+  shift 4
+  mkdir -p "$W/bench"
+  local args=(--tokenizer "$HF_MODEL" --tasks "$tasks")
+  [ "${BENCHMARK_LIMIT:-0}" != 0 ] && args+=(--limit "$BENCHMARK_LIMIT")
+  loads=("base=$base")
+  for spec in "$@"; do  # NAME=WORKDIR:METHOD:LR:SEED: the run's folder is WORKDIR/runs/METHOD-seedSEED
+    IFS=: read -r -a rest <<< "${spec#*=}"; loads+=("${spec%%=*}=${rest[0]}/runs/${rest[1]}-seed${rest[3]}")
+  done
+  for spec in "${loads[@]}"; do
+    name=${spec%%=*}
+    if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}" || rc=1; pids=("${pids[@]:1}"); fi
+    "$py" tools/eval_benchmarks.py --load "${spec#*=}" "${args[@]}" --output "$W/bench/$name.json" \
+      > "$W/bench/$name.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  tail -n 4 "$W"/bench/*.log
+  for f in "$W"/bench/*.json; do [ "$(basename "$f")" = base.json ] || tables+=("$(basename "$f" .json)=$f"); done
+  "$py" tools/benchmark_table.py "base=$W/bench/base.json" "${tables[@]}" --out "$W/bench/benchmarks.md" || rc=1
+  return "$rc"
+}
+
 run_science() {
   local sk=$KIT/science splits=${NSMC_SPLITS:-} data=$W/data tiny=() cal=$W/calibrate wa=$W/wave_a wb=$W/wave_b
   if [ -d "$sk/kit-01" ]; then
@@ -229,50 +306,94 @@ run_science() {
   else
     skip data "prepared NSMC splits in $splits"
   fi
-  local ko_train ko_eval
+  local ko_train ko_eval raw=$data/demo_raw
   ko_train=$(find "$splits" -maxdepth 1 -name 'train.jsonl*' | head -n 1)
   ko_eval=$(find "$splits" -maxdepth 1 -name 'heldout.jsonl*' | head -n 1)
   if [ -z "$ko_train" ] || [ -z "$ko_eval" ]; then note "no train/heldout split in $splits"; finish 1; fi
-  if [ -d "$W/kit/demo_raw" ]; then mkdir -p "$data/demo_raw" && cp -n "$W/kit/demo_raw"/* "$data/demo_raw/"; fi
-  # the recipe's settings for every run: examples/configs/smollm2-cpu.env's, then these (the environment wins)
-  export SCALE_CONFIG=examples/configs/smollm2-cpu.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
-  export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
-  export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 PREPROCESS_FLAGS="--append-eod --workers 4"
-  export LR=1e-3 LR_FULL=1e-5 LR_FREEZE=1e-5 LR_LORA=1e-5 LR_LLAMA_PRO=2e-4 ROUTE_UNIT=char ROUTE_STATISTIC=centered-cosine
-  if [ "$REHEARSE" = 1 ]; then  # two iterations of everything, tiny batches
-    export SEQ_LENGTH=64 MICRO_BATCH=1 GLOBAL_BATCH=2 EVAL_ITERS=1 WARMUP_ITERS=1 BENCHMARKS=arc_easy BENCHMARK_LIMIT=4
-    export ROUTE_SWEEP_SAMPLES=2 OMP_NUM_THREADS=2 TRAIN_FLAGS="--split 100,0,0" CAL_ITERS=${CAL_ITERS:-2}
-    tiny=(--min-iters 2 --max-iters 2)
+  if [ -d "$W/kit/demo_raw" ]; then mkdir -p "$raw" && cp -n "$W/kit/demo_raw"/* "$raw/"; fi
+  local kobest=${KOBEST_DIR:-$W/kit/kobest} tasks=arc_easy
+  if [ -f "$kobest/COPA/test.tsv" ] && [ -f "$kobest/HellaSwag/test.tsv" ]; then
+    export KOBEST_DIR=$kobest; tasks=arc_easy,kobest_copa,kobest_hellaswag
   else
-    export SEQ_LENGTH=1024 MICRO_BATCH=16 GLOBAL_BATCH=32 EVAL_ITERS=4 WARMUP_ITERS=20 BENCHMARKS=arc_easy,winogrande
-    export BENCHMARK_LIMIT=0 ROUTE_SWEEP_SAMPLES=64 TRAIN_FLAGS="--split 100,0,0 --bf16"
-    tiny=(--min-iters 40)   # above WARMUP_ITERS
+    note "no KoBEST at $kobest (KOBEST_DIR): the benchmarks are ARC-Easy alone"
+  fi
+  # the recipe's settings for every run: examples/configs/smollm2-cpu.env's, then these (the environment wins);
+  # held out: NSMC (ko), the legal Korean (ko_legal, a second new-language set) and three English sets
+  # (the config assigns BENCHMARKS where it is empty: a config of the run's own empties it after, since
+  # the benchmarks are a phase of their own here, on every run's last checkpoint, stopped or not)
+  printf 'source examples/configs/smollm2-cpu.env\nBENCHMARKS=""\n' > "$W/science.env"
+  export SCALE_CONFIG=$W/science.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
+  export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
+  export EXTRA_EVAL="en_modern=$raw/en_modern_valid.jsonl en_passages=$raw/en_passages_valid.jsonl"
+  export NEW_EVAL="ko_legal=$raw/ko_valid.jsonl"
+  export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 ROUTE_SWEEP=0 PREPROCESS_FLAGS="--append-eod --workers 4"
+  export LR=1e-3 LR_FULL=1e-5 LR_FREEZE=1e-5 LR_LORA=1e-5 LR_LLAMA_PRO=2e-4 ROUTE_UNIT=char ROUTE_STATISTIC=centered-cosine
+  local first=16384 min_tokens=${MIN_TOKENS:-4000000} sweep_n bench_jobs=8
+  if [ "$REHEARSE" = 1 ]; then  # a few iterations of everything, tiny batches; every method admitted
+    export SEQ_LENGTH=64 MICRO_BATCH=1 GLOBAL_BATCH=2 EVAL_ITERS=1 WARMUP_ITERS=1 BENCHMARK_LIMIT=4
+    export OMP_NUM_THREADS=2 TRAIN_FLAGS="--split 100,0,0" CAL_ITERS=${CAL_ITERS:-2}
+    tiny=(--min-iters 4 --max-iters 4); first=128 min_tokens=${MIN_TOKENS:-0} sweep_n=2 bench_jobs=1  # a model at a time in memory
+  else  # v2's 256-token windows (the CPU frontier's), 64 of them per evaluated set: 16k tokens
+    export SEQ_LENGTH=256 MICRO_BATCH=64 GLOBAL_BATCH=64 EVAL_ITERS=1 WARMUP_ITERS=20 BENCHMARK_LIMIT=0
+    export TRAIN_FLAGS="--split 100,0,0 --bf16"
+    tiny=(--min-iters 40); sweep_n=64   # above WARMUP_ITERS
   fi
   # model, data and a short full fine-tuning: its tokens/s size the waves
   phase calibrate 240 env WORKDIR="$cal" METHODS=full TRAIN_ITERS="${CAL_ITERS:-40}" EVAL_INTERVAL=1000000 LOG_INTERVAL=1 \
-    ROUTE_SWEEP=0 BENCHMARKS="" MASTER_PORT=29400 bash examples/scale_korean.sh || finish 1
-  local wave=$((BUDGET - (SECONDS - T0) - 120))   # what is left, less the frontier and packing
+    SEED="" MASTER_PORT=29400 bash examples/scale_korean.sh || finish 1
+  local wave=$((BUDGET - (SECONDS - T0) - 150))   # what is left, less the sweep, the benchmarks, the frontier and packing
   phase plan 30 "$PY" tools/gpu_run_plan.py --metrics "$cal/runs/full/metrics.jsonl" --seconds "${WAVE_SECONDS:-$wave}" \
-    --waves 2 --methods-per-wave 4 --tokens-per-iter "$((GLOBAL_BATCH * SEQ_LENGTH))" "${tiny[@]}" --out "$W/plan.env" \
+    --waves 2 --core-per-wave 2 --optional-per-wave 1 --min-tokens "$min_tokens" --first-eval-tokens "$first" \
+    --levels 0.05 0.1 0.2 0.3 0.4 --tokens-per-iter "$((GLOBAL_BATCH * SEQ_LENGTH))" "${tiny[@]}" --out "$W/plan.env" \
     || finish 1
   set -a
   # shellcheck source=/dev/null
-  source "$W/plan.env"   # TRAIN_ITERS, EVAL_INTERVAL, SAVE_INTERVAL, LOG_INTERVAL, WAVE_SECONDS, TOKENS_PER_S
+  source "$W/plan.env"   # TRAIN_ITERS, EVAL_ITERATIONS, METHOD_SECONDS, INCLUDE_OPTIONAL, LEVELS, ... (tools/gpu_run_plan.py)
   set +a
-  EXTRA=", \"plan\": {\"tokens_per_s\": $TOKENS_PER_S, \"train_iters\": $TRAIN_ITERS, \"tokens_per_run\": $TOKENS_PER_RUN, \"wave_s\": $WAVE_SECONDS}"
+  export SEED=$SCIENCE_SEED
+  EXTRA="$EXTRA, \"plan\": $(cat "$W/plan.json")"   # fixed before any run starts
   json
-  # two waves side by side (the GPU has room for two 135M runs); SIGTERM at the limit: the running
-  # training saves and stops, and the wave ends there
-  phase train $((WAVE_SECONDS + 30)) both wave_a timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$wa" \
-      MASTER_PORT=29410 METHODS="full scale-preserve scale-route lora" bash examples/scale_korean.sh \
-    -- wave_b timeout --signal=TERM "$WAVE_SECONDS" env WORKDIR="$wb" LR_FULL=1e-4 \
-      MASTER_PORT=29420 METHODS="full scale-adapt freeze llama-pro" bash examples/scale_korean.sh
-  phase frontier 120 "$PY" tools/recipe_frontier.py --out "$W/frontier" --title "SmolLM2-135M-Instruct on NSMC Korean ($GPU)" \
-    "$wa:full:1e-5" "$wa:scale-preserve:1e-3" "$wa:scale-route:1e-3" "$wa:lora:1e-5" \
-    "$wb:full:1e-4" "$wb:scale-adapt:1e-3" "$wb:freeze:1e-5" "$wb:llama-pro:2e-4"
-  for f in frontier.md frontier.json final.md; do [ -f "$W/frontier/$f" ] && cp "$W/frontier/$f" "$O/$f"; done
-  local keep=(plan.env)
-  for f in wave_a/report wave_b/report frontier; do [ -e "$W/$f" ] && keep+=("$f"); done
+  local a=("${SCIENCE_A[@]:0:2}") b=("${SCIENCE_B[@]:0:2}")
+  [ "$INCLUDE_OPTIONAL" = 1 ] && a=("${SCIENCE_A[@]}") b=("${SCIENCE_B[@]}")
+  : > "$W/runs.jsonl"
+  local run_wave=(bash -c "$(declare -f wave); W='$W'; wave \"\$@\"" _)   # both() runs commands, not this shell's functions
+  local order=both limit=$((WAVE_SECONDS + 90))
+  if [ "$REHEARSE" = 1 ] && [ "${REHEARSE_SIDE_BY_SIDE:-0}" != 1 ]; then  # one SmolLM2 training at a time in a CPU's memory
+    order=in_turn limit=$((2 * WAVE_SECONDS + 90))
+  fi
+  phase train "$limit" "$order" wave_a "${run_wave[@]}" "$wa" 29410 "${a[@]}" -- wave_b "${run_wave[@]}" "$wb" 29420 "${b[@]}"
+  EXTRA="$EXTRA, \"runs\": [$(paste -sd, "$W/runs.jsonl")]"; json
+  local preserve=$wa/runs/scale-preserve-seed$SCIENCE_SEED
+  if [ -f "$preserve/latest_checkpointed_iteration.txt" ]; then  # Route is Preserve routed: its last checkpoint
+    phase sweep 90 "$PY" tools/route_sweep.py --load "$preserve" --old-data "en=$data/en_eval_text_document" \
+      --new-data "ko=$data/ko_eval_text_document" --out "$preserve/sweep" --seq-length "$SEQ_LENGTH" --samples "$sweep_n" \
+      --batch-size "$MICRO_BATCH" --keep-old 0.95 --calibration-old-data "$data/en_eval_text_document" \
+      --calibration-new-data "$data/ko_eval_text_document" --calibration-skip "$sweep_n" --route-units char token \
+      --route-pool first --tokenizer "$HF_MODEL" --calibrate-with "$ROUTE_STATISTIC"
+  else
+    skip sweep "no checkpoint of SCALE-Preserve at 1e-3"
+  fi
+  local specs
+  mapfile -t specs < <(science_specs)
+  phase benchmarks 120 benchmarks "$PY" "$bench_jobs" "$tasks" "$cal/ckpt/base" "${specs[@]}"
+  if [ "${#specs[@]}" -gt 0 ]; then
+    # shellcheck disable=SC2086  # LEVELS: the plan's levels, one word each
+    phase frontier 120 "$PY" tools/recipe_frontier.py --out "$W/frontier" --title "SmolLM2-135M-Instruct on NSMC Korean ($GPU)" \
+      --old en en_modern en_passages --new ko --also-new ko_legal --levels $LEVELS \
+      --pair scale-preserve-hangul-rows full-lr1e-5 --pair scale-preserve-hangul-rows full-lr1e-4 \
+      --pair scale-preserve full-lr1e-4 --pair full-lr1e-5 full-lr1e-4 -- "${specs[@]}"
+  else
+    skip frontier "no run trained"
+  fi
+  # at most 8 files, all at OUT's first level, the JSON first: science.json and .log, then these
+  local f parts keep=(plan.json plan.env runs.jsonl)
+  for f in frontier/frontier.json frontier/reach.json frontier/frontier.md frontier/reach.md bench/benchmarks.md; do
+    [ -f "$W/$f" ] && cp "$W/$f" "$O/$(basename "$f")"
+  done
+  for f in frontier bench "${preserve#"$W/"}/sweep"; do [ -e "$W/$f" ] && keep+=("$f"); done
+  for spec in "${specs[@]}"; do  # every run's metrics, so the tables recompute
+    IFS=: read -r -a parts <<< "${spec#*=}"; keep+=("${parts[0]#"$W/"}/runs/${parts[1]}-seed${parts[3]}/metrics.jsonl")
+  done
   tar czf "$O/reports.tgz" -C "$W" "${keep[@]}"
   finish 0
 }

@@ -14,10 +14,11 @@ METHODS with the LR it trained at (the recipe's LR / LR_<METHOD>) and its SEED (
 run's folder is then METHOD-seedSEED); NAME draws a variant of a method (other flags, e.g.
 --decoupled-lr) as a method of its own. Retention is the mean over the --old sets. Writes, each
 atomically: OUT/frontier.json, frontier.md (the best retention at each learning level, mean and
-spread over seeds, cells that are chords marked "~", retention capped at 1 beside raw, paired
-differences) and frontier.png; the same per --also-new set in OUT/<set>/ and, with several --old
+spread over seeds, cells that are chords marked "~", paired differences; each for retention raw,
+capped at 1 on the mean and capped at 1 on each set) and frontier.png; the same per --also-new set in OUT/<set>/ and, with several --old
 sets, per old set in OUT/by_set/<set>/; OUT/best_lr.md (which LR is best per method, seed and
-level); OUT/final.md (every run's last evaluation on every set); OUT/route_detail.json (each
+level); OUT/reach.md and reach.json (the tokens each run needs to reach each level, and its
+tokens/s); OUT/final.md (every run's last evaluation on every set); OUT/route_detail.json (each
 checkpoint's routers: unit, direction, tau, sweep) where Route rows come from route records.
 """
 
@@ -29,8 +30,9 @@ import os
 import sys
 
 from megatron_scale.artifacts import atomic_write
-from megatron_scale.reports.frontier import Run, best_lr_table
+from megatron_scale.reports.frontier import PER_SET, RAW, RETENTIONS, Run, as_retention, best_lr_table
 from megatron_scale.reports.frontier_report import write
+from megatron_scale.reports.reach import reach, reach_table
 from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, prior_runs, runs_of
 from megatron_scale.reports.route_frontier import route_rows
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for axis, out in frontiers:
             routed, detail, preserve = route_rows(specs, axis, a.route_lrs, a.route_units, (a.old[0], a.new),
                                                   a.base_metrics)
-            runs = [Run(r.method, r.lr, r.seed, preserve.get((r.method, r.lr, r.seed), r.curve))
+            runs = [Run(r.method, r.lr, r.seed, *preserve[key]) if (key := (r.method, r.lr, r.seed)) in preserve else r
                     for r in runs_of(specs, axis.old, axis.new, a.base_metrics)]
             # a sweep.json (tools/route_sweep.py) scores one old set: its controls and markers then
             more, markers, info = extras(specs, axis.old[0], axis.new) if len(axis.old) == 1 else ([], [], {})
@@ -96,16 +98,25 @@ def main(argv: list[str] | None = None) -> int:
                       extra={**extra, "old": list(axis.old), "new": axis.new, "curves": info})
         written += list(paths.values())
         if out == a.out:
-            atomic_write(os.path.join(out, "best_lr.md"), best_lr_table(runs, a.levels).encode("utf-8"))
+            per_set, _ = as_retention(runs, PER_SET, len(axis.old))
+            atomic_write(os.path.join(out, "best_lr.md"), (
+                f"Retention {RETENTIONS[RAW]}:\n\n{best_lr_table(runs, a.levels)}\nRetention {RETENTIONS[PER_SET]}:\n\n"
+                f"{best_lr_table(per_set, a.levels)}").encode("utf-8"))
             if detail:
                 atomic_write(os.path.join(out, "route_detail.json"), (json.dumps(detail, indent=1) + "\n").encode("utf-8"))
                 written.append(os.path.join(out, "route_detail.json"))
             with open(paths["md"], encoding="utf-8") as f:
                 print(f.read())
+    rows = reach(specs, a.levels, a.new, a.base_metrics)
+    atomic_write(os.path.join(a.out, "reach.json"), (json.dumps({"new": a.new, "levels": a.levels, "runs": rows},
+                                                                indent=1) + "\n").encode("utf-8"))
+    atomic_write(os.path.join(a.out, "reach.md"), (
+        f"Tokens to each {a.new} learning level (first crossing, linear between the evaluations in brackets) and "
+        f"tokens/s (median of the training records)\n\n{reach_table(rows, a.levels, a.new)}").encode("utf-8"))
     final = final_table(specs, tuple(a.sets), a.base_metrics)
     atomic_write(os.path.join(a.out, "final.md"), final.encode("utf-8"))
     print(final)
-    print(f"wrote {', '.join(written)}, {os.path.join(a.out, 'final.md')}")
+    print(f"wrote {', '.join(written)}, {os.path.join(a.out, 'reach.md')}, {os.path.join(a.out, 'final.md')}")
     return 0
 
 

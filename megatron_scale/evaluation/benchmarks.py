@@ -20,7 +20,7 @@ from typing import Any
 
 from megatron_scale.artifacts import atomic_write
 from megatron_scale.evaluation.loglik import Logits, continuation_logprobs, encode_pair
-from megatron_scale.evaluation.scoring import item_scores, mean_stderr
+from megatron_scale.evaluation.scoring import chance, item_scores, macro_f1, mean_stderr
 from megatron_scale.evaluation.tasks import TASKS, Item, load_task, subset
 
 
@@ -91,7 +91,8 @@ def score_items(scorer: Scorer, items: Sequence[Item], batch_tokens: int = 4096,
 def evaluate(scorer: Scorer, tasks: Sequence[str], *, limit: int | None = None, seed: int = 1234,
              variants: dict[str, str] | None = None, batch_tokens: int = 4096,
              say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """{task: acc, acc_stderr, acc_norm, acc_norm_stderr, n, n_total, source..., per_item} for each task."""
+    """{task: acc, acc_stderr, acc_norm, acc_norm_stderr, [f1,] chance, n, n_total, source..., per_item}
+    for each task (f1: macro F1 over the labels, where the task reports it, as KoBEST's do)."""
     results: dict[str, Any] = {}
     for name in tasks:
         items, where = load_task(name, (variants or {}).get(name))
@@ -103,6 +104,9 @@ def evaluate(scorer: Scorer, tasks: Sequence[str], *, limit: int | None = None, 
         if where.pop("acc_norm", TASKS[name].norm):  # a task whose prompt form decides it says so
             norm = mean_stderr([s["acc_norm"] for s in scored])
             row.update(acc_norm=norm[0], acc_norm_stderr=norm[1])
+        if where.pop("f1", False):
+            row["f1"] = macro_f1([s["gold"] for s in scored], [s["pred"] for s in scored])
+        row["chance"] = chance([len(it.continuations) for it in chosen])
         row.update(n=len(chosen), n_total=len(items), seed=seed, **where,
                    seconds=round(time.perf_counter() - start, 1), per_item=scored)
         results[name] = row
@@ -117,16 +121,22 @@ def _pct(row: dict[str, Any], key: str) -> str:
     return f"{100 * row[key]:.1f} ± {100 * err:.1f}" if not math.isnan(err) else f"{100 * row[key]:.1f}"
 
 
+def _plain(row: dict[str, Any], key: str) -> str:
+    return f"{100 * row[key]:.1f}" if key in row else "-"
+
+
 def table_cells(row: dict[str, Any]) -> str:
-    return f"acc {_pct(row, 'acc')} | acc_norm {_pct(row, 'acc_norm')} | n {row['n']}/{row['n_total']}"
+    return (f"acc {_pct(row, 'acc')} | acc_norm {_pct(row, 'acc_norm')} | chance {_plain(row, 'chance')} "
+            f"| n {row['n']}/{row['n_total']}")
 
 
 def table(results: dict[str, Any]) -> str:
-    """A Markdown table of the results (percent, ± one standard error)."""
-    lines = ["| task | shots | split | n | acc (%) | acc_norm (%) |", "|---|---|---|---|---|---|"]
+    """A Markdown table of the results (percent, ± one standard error; chance: a uniform guess's accuracy)."""
+    lines = ["| task | shots | split | n | chance (%) | acc (%) | acc_norm (%) | macro F1 (%) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['num_fewshot']} | {r['split']} | {r['n']}/{r['n_total']} "
-                     f"| {_pct(r, 'acc')} | {_pct(r, 'acc_norm')} |")
+        lines.append(f"| {name} | {r['num_fewshot']} | {r['split']} | {r['n']}/{r['n_total']} | {_plain(r, 'chance')} "
+                     f"| {_pct(r, 'acc')} | {_pct(r, 'acc_norm')} | {_plain(r, 'f1')} |")
     return "\n".join(lines)
 
 

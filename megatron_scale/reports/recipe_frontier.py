@@ -71,7 +71,8 @@ def axes(old: str | Sequence[str], new: str) -> Axes:
     o, n = axis.old_name, axis.new
     return Axes(new=f"{n} learning", old=f"{o} retention", new_name=n, old_name=o,
                 new_label=f"{n} learning (share of the base's bits per byte gone, %)",
-                old_label=f"{o} retention (base bits per byte / bits per byte, %)", limits=None)
+                old_label=f"{o} retention (base bits per byte / bits per byte, %)", limits=None,
+                old_sets=len(axis.old))
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,11 @@ def point(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) ->
     return learning, statistics.fmean(base[s] / losses[s] for s in axis.old)
 
 
+def parts(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) -> tuple[float, ...]:
+    """Each old set's retention base / loss (point's retention is their mean), in axis.old's order."""
+    return tuple(base[s] / losses[s] for s in axis.old)
+
+
 WINDOWS = ("seq_length", "global_batch_size", "eval_iters", "eval_seed", "eval_data")  # what fixes the evaluated windows
 
 
@@ -183,6 +189,17 @@ def training_curve(metrics: str | os.PathLike, old: str | Sequence[str], new: st
     (`base`'s where the run skipped it: losses_of)."""
     losses = losses_of(metrics, Axis.of(old, new), base)
     return tuple(point(v, losses[0], Axis.of(old, new)) for v in losses.values())
+
+
+def training_run(name: str, lr: float, seed: int, metrics: str | os.PathLike, old: str | Sequence[str], new: str,
+                 base: str | os.PathLike | None = None) -> Run:
+    """One run's curve along its evaluations (training_curve) and, with several old sets, each
+    evaluation's per-set retentions (the Run's parts, for per-set capping)."""
+    axis = Axis.of(old, new)
+    losses = losses_of(metrics, axis, base)
+    curve = tuple(point(v, losses[0], axis) for v in losses.values())
+    return Run(name, lr, seed, curve, tuple(parts(v, losses[0], axis) for v in losses.values())
+               if len(axis.old) > 1 else ())
 
 
 def iterations(metrics: str | os.PathLike) -> list[int]:
@@ -257,7 +274,7 @@ def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
         if not s.metrics.is_file():
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
         seed = s.trained_seed()
-        out.append(Run(s.name, s.lr, seed, training_curve(s.metrics, old, new, base)))
+        out.append(training_run(s.name, s.lr, seed, s.metrics, old, new, base))
         if s.sweep.is_file() and (isinstance(old, str) or len(old) == 1):
             out += sweep_curves(s.sweep, s.name, s.lr, old if isinstance(old, str) else old[0], new, seed)
     return out
@@ -266,7 +283,9 @@ def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
 def prior_runs(folder: str | os.PathLike, rel: str, axis: Axis) -> list[Run]:
     """The curves of an earlier frontier (tools/recipe_frontier.py's folder, `rel` the sub-folder
     of this axis: "" or by_set/SET or a further new set's), to stand beside new runs whose recipe
-    WORKDIRs the earlier ones no longer have. Its axis must be this one: the same old sets, the same new."""
+    WORKDIRs the earlier ones no longer have. Its axis must be this one: the same old sets, the same new.
+    With several old sets, each curve's per-set retentions are its recorded parts, or else those of
+    the earlier frontier's by_set/<set>/ curves of the same run (prior_parts)."""
     path = Path(folder) / rel / "frontier.json"
     if not path.is_file():
         raise FileNotFoundError(f"--prior {folder}: no {path} (an earlier tools/recipe_frontier.py --out folder, "
@@ -275,8 +294,41 @@ def prior_runs(folder: str | os.PathLike, rel: str, axis: Axis) -> list[Run]:
     if (tuple(doc.get("old", ())), doc.get("new")) != (axis.old, axis.new):
         raise ValueError(f"--prior {path}: its axis is old {doc.get('old')} / new {doc.get('new')}, "
                          f"not old {list(axis.old)} / new {axis.new}")
-    return [Run(r["method"], float(r["lr"]), int(r["seed"]), tuple((float(a), float(b)) for a, b in r["curve"]))
+    runs = [Run(r["method"], float(r["lr"]), int(r["seed"]), tuple((float(a), float(b)) for a, b in r["curve"]),
+                tuple(tuple(float(v) for v in p) for p in r.get("parts", ())))
             for r in doc["runs"]]
+    if len(axis.old) > 1 and not all(r.parts for r in runs):
+        by_set = _by_set_curves(folder, axis)
+        runs = [r if r.parts else Run(r.method, r.lr, r.seed, r.curve, prior_parts(by_set, r)) for r in runs]
+    return runs
+
+
+def _by_set_curves(folder: str | os.PathLike, axis: Axis) -> dict[tuple, list[list[float]]] | None:
+    """Per (method, LR, seed) of an earlier frontier's by_set/<set>/frontier.json, each old set's
+    retention along the curve (None where a set's folder is missing)."""
+    got: dict[tuple, list[list[float]]] = {}
+    for i, s in enumerate(axis.old):
+        path = Path(folder) / "by_set" / s / "frontier.json"
+        if not path.is_file():
+            return None
+        for r in json.loads(path.read_text(encoding="utf-8"))["runs"]:
+            key = (r["method"], float(r["lr"]), int(r["seed"]))
+            if len(got.setdefault(key, [])) == i:  # a run named twice in one set's file is left to fail the check
+                got[key].append([float(b) for _, b in r["curve"]])
+    return {k: v for k, v in got.items() if len(v) == len(axis.old)}
+
+
+def prior_parts(by_set: dict[tuple, list[list[float]]] | None, run: Run) -> tuple[tuple[float, ...], ...]:
+    """A prior run's per-set retentions from its earlier frontier's by_set/ curves (_by_set_curves),
+    where they line up with its curve: as many points, and their mean each point's retention (to
+    1e-9); () where they are missing or do not."""
+    sets = (by_set or {}).get((run.method, run.lr, run.seed))
+    if not sets or any(len(c) != len(run.curve) for c in sets):
+        return ()
+    got = tuple(zip(*sets, strict=True))
+    if any(abs(statistics.fmean(p) - old) > 1e-9 for p, (_, old) in zip(got, run.curve, strict=True)):
+        return ()
+    return got
 
 
 def final_table(specs: list[Spec], sets: tuple[str, ...], base: str | os.PathLike | None = None) -> str:

@@ -39,7 +39,7 @@ from typing import Any
 
 from megatron_scale import method_catalog as catalog
 from megatron_scale.reports.frontier import Point, Run
-from megatron_scale.reports.recipe_frontier import Axis, Spec, losses_of, point
+from megatron_scale.reports.recipe_frontier import Axis, Spec, losses_of, parts, point
 
 ROUTE = "scale-route"
 KEEP_OLD = 0.95
@@ -73,11 +73,20 @@ def _scored(ppl: Mapping[str, float], base: Mapping[str, float], axis: Axis) -> 
     return point({s: math.log(ppl[s]) for s in axis.sets}, base, axis)
 
 
+def _parts(ppl: Mapping[str, float], base: Mapping[str, float], axis: Axis) -> tuple[float, ...]:
+    return parts({s: math.log(ppl[s]) for s in axis.sets}, base, axis)
+
+
+def _run(name: str, lr: float, seed: int, scored: Sequence[tuple[Point, tuple[float, ...]]], axis: Axis) -> Run:
+    """A Route row's curve from its (point, per-set retentions) pairs; parts only with several old sets."""
+    return Run(name, lr, seed, tuple(p for p, _ in scored), tuple(q for _, q in scored) if len(axis.old) > 1 else ())
+
+
 def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str, Any], axis: Axis, *,
                     units: Sequence[str] = ("token", "char"), calibrate_on: tuple[str, str] | None = None,
                     keep_old: float = KEEP_OLD) -> dict[str, Any]:
     """One checkpoint's rows: {"points": {name: Point} (paper's, deployable), "curves": {name: [Point]}
-    (oracle, controls), "detail": JSON-able (heads, and per statistic and unit its direction, tau,
+    (oracle, controls), "parts" and "curve_parts" (the same, each old set's retention), "detail": JSON-able (heads, and per statistic and unit its direction, tau,
     calibration shares and oracle sweep: the sweep's output with unit and direction)}."""
     import torch
 
@@ -96,14 +105,14 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
     evaluated = {s: records[s] for s in axis.sets}
     base = {s: float(r["loss_p"].double().mean()) for s, r in evaluated.items()}
     seq = int(meta["seq_length"])
-    points: dict[str, Point] = {}
-    curves: dict[str, list[Point]] = {}
+    pp: dict[str, Mapping[str, float]] = {}  # per row, its perplexity per set (points, then curves)
+    cp: dict[str, list[Mapping[str, float]]] = {}
     detail: dict[str, Any] = {"heads": {s: {"z_p": head_metric(r, "p", "ppl"), "z_a": head_metric(r, "a", "ppl")}
                                         for s, r in evaluated.items()},
                               "losses": {s: {"z_p": base[s], "z_a": float(r["loss_a"].double().mean())}
                                          for s, r in evaluated.items()}, "routers": []}
     paper = sweep(evaluated, "cosine", [0.5], "ppl", "above")[0]
-    points[PAPER] = _scored(paper, base, axis)
+    pp[PAPER] = paper
     pieces = None
     for unit in units:
         if unit != "token" and pieces is None:
@@ -118,12 +127,12 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
             key = stat_key(stat)
             cal = calibrate(pooled[f"cal/{cal_old}"][key], pooled[f"cal/{cal_new}"][key], stat, keep_old)
             at = sweep(ev, stat, [cal.tau], "ppl", cal.direction)[0]
-            points[deployable(stat, unit)] = _scored(at, base, axis)
+            pp[deployable(stat, unit)] = at
             grid = default_grid([torch.cat([ev[s][key] for s in axis.sets])])
             swept = sweep(ev, stat, grid, "ppl", cal.direction)
-            curves[oracle(stat, unit)] = [_scored(p, base, axis) for p in swept]
+            cp[oracle(stat, unit)] = list(swept)
             if (stat, unit) == ("cosine", "token"):
-                curves[PAPER_SWEPT] = [_scored(p, base, axis) for p in sweep(ev, stat, grid, "ppl", "above")]
+                cp[PAPER_SWEPT] = list(sweep(ev, stat, grid, "ppl", "above"))
             detail["routers"].append({
                 "statistic": stat, "unit": unit, "pool": "first" if unit != "token" else None,
                 "direction": cal.direction, "tau": cal.tau, "keep_old_target": keep_old,
@@ -138,12 +147,15 @@ def checkpoint_rows(records: Mapping[str, Mapping[str, Any]], meta: Mapping[str,
         detail["script"] = []
         for name, key in ((SCRIPT_ORACLE, script.ORACLE), (SCRIPT_PREVIOUS, script.PREVIOUS)):
             at = sweep(scripted, key.removeprefix("stat/"), [script.TAU], "ppl", script.DIRECTION)[0]
-            points[name] = _scored(at, base, axis)
+            pp[name] = at
             detail["script"].append({"router": name, **at})
-    curves[RANDOM] = [_scored(p, base, axis) for p in random_sweep(evaluated, metric="ppl")]
-    curves[ALPHA] = [_scored(p, base, axis) for p in alpha_sweep(evaluated, metric="ppl")]
+    cp[RANDOM] = list(random_sweep(evaluated, metric="ppl"))
+    cp[ALPHA] = list(alpha_sweep(evaluated, metric="ppl"))
     detail["paper"] = paper
-    return {"points": points, "curves": curves, "detail": detail}
+    return {"points": {n: _scored(v, base, axis) for n, v in pp.items()},
+            "curves": {n: [_scored(v, base, axis) for v in c] for n, c in cp.items()},
+            "parts": {n: _parts(v, base, axis) for n, v in pp.items()},
+            "curve_parts": {n: [_parts(v, base, axis) for v in c] for n, c in cp.items()}, "detail": detail}
 
 
 def records_losses(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -171,7 +183,7 @@ def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any)
     files = records_files(run_dir)
     if not files:
         raise FileNotFoundError(f"{run_dir}: no {RECORDS}/iter_*.safetensors (tools/route_records.py)")
-    along: dict[str, list[Point]] = {}
+    along: dict[str, list[tuple[Point, tuple[float, ...]]]] = {}
     runs: list[Run] = []
     details = []
     routable = 0
@@ -181,14 +193,15 @@ def route_runs(run_dir: str | Path, lr: float, seed: int, axis: Axis, **kw: Any)
             continue
         routable += 1
         rows = checkpoint_rows(records, meta, axis, **kw)
-        for name, p in rows["points"].items():
-            along.setdefault(name, [(0.0, 1.0)]).append(p)  # iteration 0: z_a = z_p exactly
-        runs += [Run(name, lr, seed, tuple(c)) for name, c in rows["curves"].items()]
+        for name, p in rows["points"].items():  # iteration 0: z_a = z_p exactly
+            along.setdefault(name, [((0.0, 1.0), (1.0,) * len(axis.old))]).append((p, rows["parts"][name]))
+        runs += [_run(name, lr, seed, list(zip(c, rows["curve_parts"][name], strict=True)), axis)
+                 for name, c in rows["curves"].items()]
         details.append({"iteration": it, "file": str(f), **rows["detail"]})
     if not routable:
         raise ValueError(f"{run_dir}: no route records with calibration windows (cal/<set>): "
                          "tools/route_records.py --calibration, or leave this LR out of --route-lrs")
-    runs += [Run(name, lr, seed, tuple(c)) for name, c in along.items()]
+    runs += [_run(name, lr, seed, c, axis) for name, c in along.items()]
     return runs, details
 
 
@@ -196,14 +209,15 @@ TOLERANCE = 1e-4  # relative: the same windows scored by training's evaluation a
 
 
 def preserve_curve(losses: Mapping[int, Mapping[str, float]], details: Sequence[Mapping[str, Any]], axis: Axis,
-                   where: str) -> tuple[Point, ...]:
+                   where: str) -> tuple[tuple[Point, ...], tuple[tuple[float, ...], ...]]:
     """SCALE-Preserve's curve along training: its own evaluations (`losses`, nats by iteration and
     set, iteration 0 the base's) and, at the iterations it did not evaluate, its records' z_a (the
     model's output), scored against the same base. Records score the run's own evaluation windows
     (tools/route_records.py), so z_p there is the base's evaluation and z_a the run's at equal
-    iterations: both are checked, to TOLERANCE, and a mismatch is one error naming the file."""
+    iterations: both are checked, to TOLERANCE, and a mismatch is one error naming the file. Returns
+    the curve and each point's per-set retentions (() with one old set)."""
     base = losses[0]
-    points = {it: point(v, base, axis) for it, v in losses.items()}
+    points = {it: dict(v) for it, v in losses.items()}
     for d in details:
         got = d["losses"]
         for s in axis.sets:
@@ -215,8 +229,10 @@ def preserve_curve(losses: Mapping[int, Mapping[str, float]], details: Sequence[
                     raise ValueError(f"{where}: the route records {d['file']} give {s}'s {head} loss {got[s][head]:.6f}, "
                                      f"{what} {want:.6f}: they score other windows than the run evaluated "
                                      "(tools/route_records.py --samples and --eval-seed must be the run's)")
-        points.setdefault(d["iteration"], point({s: got[s]["z_a"] for s in axis.sets}, base, axis))
-    return tuple(points[it] for it in sorted(points))
+        points.setdefault(d["iteration"], {s: got[s]["z_a"] for s in axis.sets})
+    order = sorted(points)
+    return (tuple(point(points[it], base, axis) for it in order),
+            tuple(parts(points[it], base, axis) for it in order) if len(axis.old) > 1 else ())
 
 
 def route_rows(specs: list[Spec], axis: Axis, lrs: list[float] | None, units: list[str],

