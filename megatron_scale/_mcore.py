@@ -3,7 +3,10 @@
 Every megatron.core symbol megatron-scale uses is imported here and nowhere else, so the next
 megatron-core API change (the spec API moved three times between core_v0.16 and core_v0.18) is a
 one-file change. The pinned version is checked on first import: a different megatron-core stops
-with a message that names both versions instead of failing somewhere deep in a layer.
+with a message that names both versions instead of failing somewhere deep in a layer. So is the
+torch bound pyproject.toml declares (torch<2.15): pip enforces it at install, but a later
+`pip install torch==...` only warns, and on torch 2.15 every checkpoint load of megatron-core 0.19.2
+fails deep inside dist_checkpointing, so a torch outside the bound stops here, saying why.
 """
 
 from __future__ import annotations
@@ -15,6 +18,27 @@ from typing import Any
 from megatron_scale._te_probe import hide_broken_te
 
 MCORE_VERSION = "0.19.2"
+# The first torch release megatron-core MCORE_VERSION cannot load checkpoints on (pyproject.toml's
+# `torch<2.15`; tests/test_lock.py keeps the two equal). Pre-releases of it count: NGC's builds are
+# 2.15.0a0+..., and they carry the same field.
+TORCH_BELOW = (2, 15)
+TORCH_BELOW_WHY = (
+    "torch 2.15's distributed-checkpoint TensorProperties has a `strides` field that megatron-core "
+    f"{MCORE_VERSION}'s load_tensors_metadata passes to torch.empty, so every checkpoint load fails with "
+    "\"TypeError: empty() got an unexpected keyword argument 'strides'\""
+)
+
+
+def check_torch(found: str) -> None:
+    """Refuse a torch release at or above TORCH_BELOW (a version string as pip reports it)."""
+    release = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
+    if len(release) == 2 and release >= TORCH_BELOW:
+        below = ".".join(map(str, TORCH_BELOW))
+        raise ImportError(
+            f"megatron-scale needs torch<{below} with megatron-core=={MCORE_VERSION}, but torch {found} is "
+            f"installed: {TORCH_BELOW_WHY}. Install a torch below {below}, e.g. "
+            f"pip install -c requirements/constraints.txt 'torch<{below}' (docs/install.md, \"torch 2.15\")"
+        )
 
 
 def _check_version() -> None:
@@ -30,6 +54,7 @@ def _check_version() -> None:
             f"megatron-scale is pinned to megatron-core=={MCORE_VERSION} but {found} is installed; "
             f"the layer specs and CPU backend were checked against {MCORE_VERSION} only"
         )
+    check_torch(version("torch"))
 
 
 _check_version()
@@ -85,6 +110,8 @@ from megatron.core.utils import get_pg_rank, get_pg_size
 
 __all__ = [
     "MCORE_VERSION",
+    "TORCH_BELOW",
+    "check_torch",
     "BlendedMegatronDatasetBuilder",
     "GPTDataset",
     "GPTDatasetConfig",

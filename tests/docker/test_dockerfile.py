@@ -75,14 +75,15 @@ def test_megatron_core_is_the_pinned_one_installed_without_dependencies() -> Non
     assert len(mcore) == 1 and "--no-deps" in mcore[0], pips
 
 
-def test_pyproject_torch_is_a_floor_the_image_meets_and_ci_pins() -> None:
+def test_pyproject_torch_is_a_range_the_image_meets() -> None:
+    """The image keeps NGC's torch, so pyproject.toml's range must admit it; the CPU venv's torch comes
+    from the lock (tests/test_lock.py), so no extra pins one of its own."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     core = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "torch"]
-    test = [Requirement(r) for r in project["optional-dependencies"]["test"] if Requirement(r).name == "torch"]
-    assert len(core) == 1 and len(test) == 1
+    extras = [r for extra in project["optional-dependencies"].values() for r in extra if Requirement(r).name == "torch"]
+    assert len(core) == 1 and not extras, extras
     assert core[0].specifier.contains(Version(_arg("NGC_TORCH")), prereleases=True)
     assert not core[0].specifier.contains(Version("2.9.1"), prereleases=True), "a floor, not anything goes"
-    assert str(test[0].specifier) == "==2.13.0" and core[0].specifier.contains("2.13.0")
 
 
 def test_the_image_runs_as_a_non_root_user() -> None:
