@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import torch
 
+from megatron_scale.convert.hf_modeling.modeling_scale_llama import CACHE_FIELD
 from tests.convert import _scale_models as sm
 
 VARIANTS = sm.VARIANTS
@@ -244,8 +245,8 @@ def test_generation_strategies_outputs_and_cache_continuation(models: dict[str, 
             lookup = m.generate(x[:1], max_new_tokens=6, min_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=2)
             first = m.generate(x, max_new_tokens=3, min_new_tokens=3, do_sample=False, return_dict_in_generate=True,
                                output_scores=True, output_logits=True, output_hidden_states=True)
-            cache = getattr(first, "cache", None) or first.past_key_values
-            more = m.generate(first.sequences, cache=cache, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+            cache = {CACHE_FIELD: getattr(first, CACHE_FIELD)}  # `cache` from transformers 5.24, before: past_key_values
+            more = m.generate(first.sequences, **cache, max_new_tokens=3, min_new_tokens=3, do_sample=False)
             full = m(greedy[:, :-1]).logits
             tail = m(greedy[:, :-1], logits_to_keep=2).logits
         assert torch.equal(beam[0], beam[1]), name
@@ -397,8 +398,7 @@ def test_auto_model_is_the_base_model(models: dict[str, Any], tmp_path: Path) ->
             out = m(input_ids=x, use_cache=True)
             ref = full(x, output_hidden_states=True).hidden_states[-1]
             assert torch.equal(out.last_hidden_state, ref)
-            cache = getattr(out, "cache", None) or out.past_key_values
-            assert cache.get_seq_length() == x.shape[1]
+            assert getattr(out, CACHE_FIELD).get_seq_length() == x.shape[1]
             assert torch.equal(m(input_ids=x, return_dict=False)[0], ref)
     assert not type(base).is_backend_compatible() and type(llama).is_backend_compatible()
 

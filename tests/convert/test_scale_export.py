@@ -14,6 +14,9 @@ Per character and per word (router unit; tests/_unit_vocab.py's byte-level vocab
 string): the export routes as megatron-core told the labels, at every position whose label the
 export can see (all but the last), and generate() (with and without KV cache) gives megatron-core's
 greedy tokens where each step's unknown label is the one the export's causal rule assumes.
+The fused view (--fused-view) of Preserve and Adapt gives megatron-core's adaptation head and greedy
+tokens, is refused for Route naming the head it serves, and tools/bench_inference.py runs on the
+base model, the SCALE export and the fused view (its FLOP counts checked, nothing timed).
 """
 
 from __future__ import annotations
