@@ -6,6 +6,8 @@
     python tools/convert_megatron_to_hf.py --load ckpt/scale --save hf/scale     # SCALE model:
         # AutoModelForCausalLM.from_pretrained("hf/scale", trust_remote_code=True)
     python tools/convert_megatron_to_hf.py --load ckpt/scale --save hf/base-again --preserve-head-only
+    python tools/convert_megatron_to_hf.py --load ckpt/scale --save hf/fused --fused-view   # vLLM / SGLang
+        # (their Transformers backends; docs/serving.md): a Llama of the whole width, z_a
 
 A plain checkpoint becomes LlamaForCausalLM; a SCALE one ships its modeling code in the folder.
 The folder appears only when complete (written beside it, then renamed); --force replaces an
@@ -37,6 +39,10 @@ def parser() -> argparse.ArgumentParser:
                    help="JSON file of model arguments, for checkpoints that do not record them")
     p.add_argument("--preserve-head-only", action="store_true",
                    help="SCALE checkpoint: export the preservation head alone as a plain LlamaForCausalLM")
+    p.add_argument("--fused-view", action="store_true",
+                   help="SCALE-Preserve / Adapt checkpoint: export the adaptation head z_a as a Llama of the whole "
+                        "width (full block weights, split norms) that vLLM's and SGLang's Transformers backends load; "
+                        "refused for Route, a gate or per-unit routing, which need SCALE's own head")
     p.add_argument("--route-tau", type=float, default=None,
                    help="SCALE-Route: config.json's scale_router_tau (default: the checkpoint's); --verify uses it")
     p.add_argument("--route-statistic", choices=("cosine", "centered-cosine", "max-prob", "certainty"), default=None,
@@ -65,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: convert_megatron_to_hf(
             args.load, args.save, force=args.force, tokenizer=args.tokenizer, verify=args.verify,
             tolerance=args.verify_tolerance, dtype=args.dtype, model_args=args.model_args,
-            preserve_head_only=args.preserve_head_only, route_tau=args.route_tau,
+            preserve_head_only=args.preserve_head_only, fused_view=args.fused_view, route_tau=args.route_tau,
             route_statistic=args.route_statistic, route_direction=args.route_direction, route_unit=args.route_unit,
             max_shard_bytes=int(args.max_shard_size_gb * 2**30), progress=not args.no_progress,
         ),

@@ -41,7 +41,7 @@ from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.model.weights.keys import HF_LAYER, LINEARS, UPS, W12, W21, W22, w12_layer
 
 MODELING = Path(__file__).parent / "hf_modeling"
-FILES = ("configuration_scale_llama.py", "modeling_scale_llama.py")
+FILES = ("configuration_scale_llama.py", "routing_scale_llama.py", "modeling_scale_llama.py")
 
 
 def w12_layers(reader: MegatronReader) -> dict[str, list[int]]:
@@ -84,6 +84,7 @@ def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]],
     cfg.update(
         architectures=["ScaleLlamaForCausalLM"], model_type="llama", hidden_act=GUARD,
         auto_map={"AutoConfig": "configuration_scale_llama.ScaleLlamaConfig",
+                  "AutoModel": "modeling_scale_llama.ScaleLlamaModel",
                   "AutoModelForCausalLM": "modeling_scale_llama.ScaleLlamaForCausalLM"},
         tie_word_embeddings=False, scale_tied_output=args.tied,
         scale_hidden_up=dims.hidden_up, scale_heads_up=dims.heads_up, scale_groups_up=dims.groups_up,

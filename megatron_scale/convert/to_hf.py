@@ -4,9 +4,11 @@
 
 A plain Llama checkpoint becomes a standard `LlamaForCausalLM` folder: config.json, safetensors
 shards with their index, the tokenizer files when asked. A SCALE checkpoint becomes the SCALE
-model with its own modeling code (scale_export.py), or, with `preserve_head_only`, the
+model with its own modeling code (scale_export.py); with `preserve_head_only`, the
 preservation head alone as a plain LlamaForCausalLM of the base shape (possible only where no
-W12 has moved the base path: Preserve and Route-on-Preserve always, Adapt while its W12 are zero).
+W12 has moved the base path: Preserve and Route-on-Preserve always, Adapt while its W12 are zero);
+with `fused_view`, the adaptation head as a Llama of the whole width whose norms are split, the
+view serving engines load (fused_view.py; Preserve and Adapt, ungated).
 The folder is written beside the target and renamed into place (atomic); an existing target is
 replaced only with `force`. `verify` compares the two models' logits before publishing.
 """
@@ -24,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from megatron_scale.scale_config import ScaleConfigError, ScaleDims, check_router
+from megatron_scale.convert import fused_view as fused
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
 from megatron_scale.convert.hf_io import (
@@ -85,7 +88,7 @@ def export_plain(reader: MegatronReader, method: TrainingMethod, args: LlamaArgs
 
 def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | None,
                     preserve_head_only: bool, where: Any, direction: str | None = None,
-                    unit: str | None = None) -> ScaleDims | None:
+                    unit: str | None = None, fused_view: bool = False) -> ScaleDims | None:
     """The recorded geometry with the router settings replaced where given (only a Route model
     exported with both heads routes)."""
     given = [f for f, v in (("--route-tau", tau), ("--route-statistic", statistic), ("--route-direction", direction),
@@ -93,9 +96,11 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
     if not given:
         return dims
     flag = given[0]
-    if dims is None or dims.variant != "route" or preserve_head_only:
+    if dims is None or dims.variant != "route" or preserve_head_only or fused_view:
+        as_ = ("its preservation head" if preserve_head_only else "its fused view (z_a)" if fused_view
+               else "scale-" + dims.variant) if dims is not None else ""
         raise ConversionError(f"{flag}: only a SCALE-Route checkpoint exported with both heads routes; {where} "
-                              f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + ('its preservation head' if preserve_head_only else 'scale-' + dims.variant)}")
+                              f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + as_}")
     tau = dims.router_tau if tau is None else tau
     statistic = dims.router_statistic if statistic is None else statistic
     direction = dims.router_direction if direction is None else direction
@@ -134,25 +139,34 @@ def convert_megatron_to_hf(
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
     route_tau: float | None = None, route_statistic: str | None = None, route_direction: str | None = None,
-    route_unit: str | None = None,
+    route_unit: str | None = None, fused_view: bool = False,
 ) -> dict[str, Any]:
     """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
     `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound. A
     Route checkpoint's router default (tau, statistic, direction, unit) goes into config.json unless
-    overridden; with a byte-level `tokenizer`, so do the token codes a char or word unit needs."""
+    overridden; with a byte-level `tokenizer`, so do the token codes a char or word unit needs.
+    `fused_view`: the fused view (fused_view.py) instead of the SCALE model."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
     method = recorded_method(reader.records)
+    if fused_view and preserve_head_only:
+        raise ConversionError("--fused-view and --preserve-head-only: choose one (z_a or z_p)")
     dims = router_override(method.scale_dims, route_tau, route_statistic, preserve_head_only, reader.dir,
-                           route_direction, route_unit)
+                           route_direction, route_unit, fused_view)
     if dims is not None:  # the geometry with its router override: what the export routes by
         method = Scale(dims=dims)
-    if preserve_head_only and dims is None:
-        raise ConversionError(f"--preserve-head-only: {reader.dir} is not a SCALE checkpoint")
+    if (preserve_head_only or fused_view) and dims is None:
+        flag = "--fused-view" if fused_view else "--preserve-head-only"
+        raise ConversionError(f"{flag}: {reader.dir} is not a SCALE checkpoint")
+    if fused_view:
+        fused.check_fusable(dims, reader.dir)
     codes = route_unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
-        if dims is not None and not preserve_head_only:
+        if fused_view:
+            summary = fused.export_fused(reader, args, dims, tmp, out_dtype, max_shard_bytes, progress)
+            kind = f"scale-{dims.variant} fused view (adaptation head)"
+        elif dims is not None and not preserve_head_only:
             summary = scale_export.export_scale(
                 reader, args, dims, tmp, out_dtype, max_shard_bytes, progress,
                 None if codes is None else base64.b64encode(codes.numpy().tobytes()).decode("ascii"))
@@ -167,7 +181,8 @@ def convert_megatron_to_hf(
         result = summarize(summary, Path(out_dir), args, kind, out_dtype)
         if verify:
             err, scaled = verifier.compare(
-                str(reader.dir), str(tmp), args, method, head="preserve" if preserve_head_only else "auto",
+                str(reader.dir), str(tmp), args, method,
+                head="preserve" if preserve_head_only else "adapt" if fused_view else "auto",
                 trust_remote_code=dims is not None and not preserve_head_only, dtype=DTYPES[out_dtype],
                 unit_codes=codes,
             )

@@ -14,6 +14,9 @@ Per character and per word (router unit; tests/_unit_vocab.py's byte-level vocab
 string): the export routes as megatron-core told the labels, at every position whose label the
 export can see (all but the last), and generate() (with and without KV cache) gives megatron-core's
 greedy tokens where each step's unknown label is the one the export's causal rule assumes.
+The fused view (--fused-view) of Preserve and Adapt gives megatron-core's adaptation head and greedy
+tokens, is refused for Route naming the head it serves, and tools/bench_inference.py runs on the
+base model, the SCALE export and the fused view (its FLOP counts checked, nothing timed).
 """
 
 from __future__ import annotations
@@ -166,6 +169,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(root / "hf-route-override", trust_remote_code=True,
                                                  dtype=torch.float32).eval()
     exported["route-override"] = (summary, model)
+    for variant in ("preserve", "adapt"):
+        summary = convert_megatron_to_hf(root / f"sc-{variant}", root / f"fused-{variant}", progress=False,
+                                         fused_view=True, verify=variant == "adapt", tolerance=1e-4)
+        model = AutoModelForCausalLM.from_pretrained(root / f"fused-{variant}", trust_remote_code=True,
+                                                     dtype=torch.float32).eval()
+        exported[f"fused-{variant}"] = (summary, model)
     tok = _unit_vocab.write_tokenizer(str(root / "unit-tok"), _unit_vocab.pieces(_hf.VOCAB))
     for unit in ("char", "word"):
         summary = convert_megatron_to_hf(root / "sc-route", root / f"hf-route-{unit}", progress=False, verify=True,
@@ -240,14 +249,19 @@ def test_exported_preservation_head_is_the_original_model(results: dict, variant
 def test_exported_folder_is_self_contained(results: dict) -> None:
     import json
 
+    from megatron_scale.convert import fused_view, scale_export
+
     folder = results["root"] / "hf-adapt"
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_scale_llama.ScaleLlamaForCausalLM"
+    assert cfg["auto_map"]["AutoModel"] == "modeling_scale_llama.ScaleLlamaModel"
     assert [2, "fc1"] in cfg["scale_w12"] and [1, "qkv"] not in cfg["scale_w12"]
-    for name in ("modeling_scale_llama.py", "configuration_scale_llama.py"):
-        imports = [line for line in (folder / name).read_text().splitlines() if line.startswith(("import ", "from "))]
-        roots = {line.split()[1].split(".")[0] for line in imports}
-        assert roots <= {"__future__", "base64", "collections", "math", "typing", "torch", "transformers", ""}, roots
+    for folder, files in ((folder, scale_export.FILES), (results["root"] / "fused-adapt", fused_view.FILES)):
+        for name in files:
+            imports = [line for line in (folder / name).read_text().splitlines() if line.startswith(("import ", "from "))]
+            roots = {line.split()[1].split(".")[0] for line in imports}
+            assert roots <= {"__future__", "base64", "collections", "inspect", "math", "typing", "torch",
+                             "transformers", ""}, (name, roots)
 
 
 @pytest.mark.dist
@@ -393,3 +407,94 @@ def test_router_unit_needs_the_codes(results: dict) -> None:
         model(ids[:, :4], cache=cache, route_unit="token")
         with pytest.raises(ValueError, match="continues a KV cache that no call routed per char"):
             model(ids[:, 4:5], cache=cache)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("variant", ["preserve", "adapt"])
+def test_fused_view_is_the_adaptation_head(results: dict, variant: str) -> None:
+    """--fused-view: a Llama of the whole width whose logits are megatron-core's z_a and the SCALE
+    export's adaptation head, whose greedy tokens are megatron-core's (z_a is a Preserve or Adapt
+    model's default head), and --verify runs megatron-core's adaptation head against it."""
+    summary, view = results["exported"][f"fused-{variant}"]
+    _, scale = results["exported"][variant]
+    mg = results["mg"]
+    assert summary["kind"] == f"scale-{variant} fused view (adaptation head)"
+    assert type(view).__name__ == "ScaleFusedLlamaForCausalLM"
+    ids = _hf.tokens(seq=24)
+    scale.config.scale_output_head = "adapt"
+    try:
+        with torch.no_grad():
+            got, z_a = view(ids).logits, scale(ids).logits
+    finally:
+        scale.config.scale_output_head = "auto"
+    assert _close(got, mg[f"{variant}/z_a"]) <= 1e-5 and _close(got, z_a) <= 1e-5
+    ref = mg[f"{variant}/greedy"]
+    with torch.no_grad():
+        assert torch.equal(view.generate(ref[:, :PROMPT], max_new_tokens=NEW, do_sample=False), ref)
+    if variant == "adapt":
+        assert summary["verify_max_abs_error"] <= 1e-4
+
+
+@pytest.mark.dist
+def test_fused_view_is_refused_where_it_cannot_serve_the_model(results: dict, capsys: pytest.CaptureFixture) -> None:
+    """Route (and its per-unit routing) and another head asked for are one error line naming the
+    head the view would serve, before anything is written; the tool says it as one error line."""
+    import sys
+
+    from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+
+    root = results["root"]
+    with pytest.raises(ConversionError, match=r"--fused-view: .*sc-route is SCALE-Route, whose router \(and per-unit "
+                                              r"routing\) needs SCALE's own head; the fused view serves the adaptation "
+                                              r"head z_a"):
+        convert_megatron_to_hf(root / "sc-route", root / "fused-route", fused_view=True)
+    with pytest.raises(ConversionError, match=r"--route-unit: only a SCALE-Route .* exported as its fused view \(z_a\)"):
+        convert_megatron_to_hf(root / "sc-route", root / "fused-route", fused_view=True, route_unit="char")
+    with pytest.raises(ConversionError, match="--fused-view and --preserve-head-only: choose one"):
+        convert_megatron_to_hf(root / "sc-adapt", root / "fused-route", fused_view=True, preserve_head_only=True)
+    with pytest.raises(ConversionError, match="--fused-view: .*mg-False is not a SCALE checkpoint"):
+        convert_megatron_to_hf(root / "mg-False", root / "fused-route", fused_view=True)
+    assert not (root / "fused-route").exists()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import convert_megatron_to_hf as tool
+
+    assert tool.main(["--load", str(root / "sc-route"), "--save", str(root / "fused-route"), "--fused-view"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --fused-view:") and "adaptation head z_a" in err[0]
+
+
+@pytest.mark.dist
+def test_inference_bench_runs_on_the_three_exports(results: dict, tmp_path: Path) -> None:
+    """tools/bench_inference.py on the base model, the SCALE export and the fused view (tiny, one
+    repeat: it runs, nothing is timed here): a row each, and the FLOP model's counts hold: the base
+    multiplies its linears and LM head, the fused view Preserve's absent W12 as zeros on top of what
+    the SCALE export multiplies (m x n' per linear)."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import bench_inference
+
+    root = results["root"]
+    out = tmp_path / "bench.json"
+    args = ["--model", f"base={root / 'hf-False'}", "--model", f"scale={root / 'hf-preserve'}",
+            "--model", f"fused={root / 'fused-preserve'}", "--out", str(out), "--repeats", "1", "--new-tokens", "2",
+            "--prompt-tokens", "4", "--threads", "1"]
+    assert bench_inference.main(args) == 0
+    torch.set_num_threads(1)
+    result = json.loads(out.read_text())
+    rows = {r["label"]: r for r in result["rows"]}
+    assert list(rows) == ["base", "scale", "fused"] and rows["base"]["flop_ratio"] == 1.0
+    assert all(r["tokens_per_s"] > 0 and r["per_token_ms"] is not None for r in rows.values())
+    cfg = json.loads((root / "hf-preserve" / "config.json").read_text())
+    L, d, du, k, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["scale_hidden_up"], cfg["head_dim"], cfg["vocab_size"]
+    h, hu, g, f, fu = cfg["num_attention_heads"], cfg["scale_heads_up"], cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["scale_ffn_up"]
+    base = L * ((h + 2 * g) * k * d + d * h * k + 3 * f * d) + V * d
+    zeros = L * ((h + 2 * g) * k * du + d * hu * k + 2 * f * du + d * fu)
+    context = 4 + 0.5
+    attention = {name: 4 * heads * k * context * L / 1e9 for name, heads in (("base", h), ("scale", h + hu), ("fused", h + hu))}
+    fused_weights = (rows["fused"]["matmul_gflops_per_token"] - attention["fused"]) * 1e9 / 2
+    scale_weights = (rows["scale"]["matmul_gflops_per_token"] - attention["scale"]) * 1e9 / 2
+    assert (rows["base"]["matmul_gflops_per_token"] - attention["base"]) * 1e9 / 2 == pytest.approx(base)
+    assert fused_weights - scale_weights == pytest.approx(zeros)
+    assert rows["fused"]["flop_ratio"] > rows["scale"]["flop_ratio"] > 1.0
