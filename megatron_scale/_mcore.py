@@ -55,6 +55,9 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.tensor_parallel.mappings import _gather_along_first_dim as gather_along_first_dim
+from megatron.core.tensor_parallel.mappings import _reduce as all_reduce_in_group
+from megatron.core.tensor_parallel.mappings import _reduce_scatter_along_first_dim as reduce_scatter_along_first_dim
 from megatron.core.tensor_parallel.mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -114,12 +117,14 @@ __all__ = [
     "TransformerLayer",
     "TransformerLayerSubmodules",
     "VocabUtility",
+    "all_reduce_in_group",
     "apply_factories",
     "apply_swiglu_sharded_factory",
     "checkpoint_writer_module",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
     "finalize_model_grads",
+    "gather_along_first_dim",
     "gather_from_sequence_parallel_region",
     "gather_from_tensor_model_parallel_region",
     "get_bias_dropout_add",
@@ -135,6 +140,7 @@ __all__ = [
     "model_parallel_cuda_manual_seed",
     "parallel_state",
     "reduce_from_tensor_model_parallel_region",
+    "reduce_scatter_along_first_dim",
     "reduce_scatter_to_sequence_parallel_region",
     "tensor_parallel",
     "te_extensions",
