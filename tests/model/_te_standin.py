@@ -81,7 +81,8 @@ class _Functional:
         for k, t in operands.items():
             if isinstance(t, torch.Tensor) and not t.is_contiguous():
                 raise AssertionError(f"TE stand-in: {name} got a non-contiguous {k} {tuple(t.shape)} {t.stride()}")
-        call = {"name": name, **{k: tuple(t.shape) for k, t in operands.items() if isinstance(t, torch.Tensor)}}
+        call = {"name": name, **{k: tuple(t.shape) for k, t in operands.items() if isinstance(t, torch.Tensor)},
+                **{f"{k}_ptr": t.data_ptr() for k, t in operands.items() if isinstance(t, torch.Tensor)}}
         self.calls.append(call)
         return call
 
