@@ -109,9 +109,12 @@ class _AuditMode(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = _name(func)
         if name in COPY_OPS:
-            # In-place fills and copies write their first argument; the others their result.
-            written = args[0] if name.endswith("_") and args else out
-            n = _bytes(written)
+            # In-place fills and copies write their first argument, an indexed write its values;
+            # the others their result.
+            if name in ("index_put_", "_index_put_impl_", "index_put", "masked_scatter_"):
+                n = _bytes(args[2] if name != "masked_scatter_" else args[1])
+            else:
+                n = _bytes(args[0] if name.endswith("_") and args else out)
             if name in ("copy_", "_to_copy") and _to_host(args, out):
                 self.audit.syncs.append((f"{name} to the host", _caller()))
             self.audit.copy_bytes[name] += n
