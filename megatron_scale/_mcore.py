@@ -48,6 +48,7 @@ from megatron.core.distributed import (
     DistributedDataParallelConfig,
     finalize_model_grads,
 )
+from megatron.core.full_cuda_graph import FullCudaGraphWrapper, get_shared_capture_stream
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -101,6 +102,7 @@ __all__ = [
     "DistributedDataParallel",
     "DistributedDataParallelConfig",
     "DotProductAttention",
+    "FullCudaGraphWrapper",
     "GPTModel",
     "IdentityOp",
     "MLPSubmodules",
@@ -135,6 +137,7 @@ __all__ = [
     "get_num_layers_to_build",
     "get_pg_rank",
     "get_pg_size",
+    "get_shared_capture_stream",
     "get_transformer_layer_offset",
     "make_sharded_tensors_for_checkpoint",
     "model_parallel_cuda_manual_seed",
