@@ -290,6 +290,11 @@ def check_kernels(cfg: TrainConfig, te: bool) -> None:
         raise ValueError("--scale-te-linear fused runs bf16 only so far: FP8 needs --scale-te-linear modules")
     m.fusions().check()
     device = _device(cfg.parallel.device)
+    for on, name in ((m.bias_swiglu_fusion, "--bias-swiglu-fusion"), (m.cross_entropy_loss_fusion,
+                                                                    "--cross-entropy-loss-fusion")):
+        if on and device != "cuda":
+            raise ValueError(f"{name}: megatron-core compiles its fused kernel with torch.compile, which does not run "
+                             "on this project's CPU backend; it needs --device cuda")
     if m.apply_rope_fusion:
         if device != "cuda":
             raise ValueError("--apply-rope-fusion runs Transformer Engine's fused RoPE kernel: it needs --device cuda")

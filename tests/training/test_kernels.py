@@ -139,6 +139,7 @@ def _refusals(data: str) -> dict[str, str]:
         "te_linear_local": ["--scale-te-linear", "fused"],
         "ce_te": ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"],
         "rope_cpu": ["--apply-rope-fusion"],
+        "swiglu_cpu": ["--bias-swiglu-fusion"],
         "peak": ["--peak-tflops", "0"],
         "warmup": ["--cuda-graph-warmup-steps", "-1"],
     }
@@ -248,6 +249,7 @@ def test_what_cannot_run_here_is_refused_by_name(results: dict) -> None:
     assert "--cross-entropy-fusion-impl te: Transformer Engine's cross-entropy fusion is disabled" in r["ce_te"], r
     assert "--apply-rope-fusion runs Transformer Engine's fused RoPE kernel: it needs --device cuda" in r["rope_cpu"], r
     assert "--peak-tflops 0.0: must be > 0" in r["peak"], r
+    assert "--bias-swiglu-fusion: megatron-core compiles its fused kernel with torch.compile" in r["swiglu_cpu"], r
     assert "--cuda-graph-warmup-steps" in r["warmup"], r
     assert r["fused_fp8"].startswith("--scale-te-linear fused runs bf16 only"), r
     assert r["fp8_warmup"].startswith("--cuda-graph-warmup-steps 1 with --fp8-format"), r
