@@ -413,8 +413,8 @@ def _route_bench(a: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _methods(a: argparse.Namespace) -> list[str]:
-    """The two dense references always run: every ratio is against them."""
-    return ["full_ft", "dense_up"] + [m for m in a.methods if m not in ("full_ft", "dense_up")]
+    """The dense references of --refs (both by default) first: the ratios are against them."""
+    return list(a.refs) + [m for m in a.methods if m not in ("full_ft", "dense_up")]
 
 
 def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
@@ -428,16 +428,20 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     lines = [head + (" MFU |" if with_mfu else ""), "|---" * (11 + bool(with_mfu)) + "|"]
     mib = 2.0**20
     for scope in a.scopes:
-        ft, up = by[(scope, "full_ft")], by[(scope, "dense_up")]
+        ft, up = by.get((scope, "full_ft")), by.get((scope, "dense_up"))
         for m in _methods(a):
             r = by[(scope, m)]
             p = _predicted(a, scope, m)
-            pf, pu = p / _predicted(a, scope, "full_ft"), p / _predicted(a, scope, "dense_up")
-            wf, wu, cu = r["step_s"] / ft["step_s"], r["step_s"] / up["step_s"], r["cpu_s"] / up["cpu_s"]
+            vs_ft = vs_up = ratio = "-"
+            if ft is not None:
+                vs_ft = f"{p / _predicted(a, scope, 'full_ft'):.3f} / {r['step_s'] / ft['step_s']:.3f}"
+            if up is not None:
+                pu, wu = p / _predicted(a, scope, "dense_up"), r["step_s"] / up["step_s"]
+                vs_up, ratio = f"{pu:.3f} / {wu:.3f} / {r['cpu_s'] / up['cpu_s']:.3f}", f"{wu / pu:.3f}"
             lines.append(
                 f"| {scope} | {m} | {r['step_s']:.3f} | {r['cpu_s']:.3f} | {r['tokens'] / r['step_s']:.0f} "
                 f"| {r['peak_bytes'] / mib:.0f} | {r['grad_bytes'] / mib:.1f} | {r['optimizer_bytes'] / mib:.1f} "
-                f"| {pf:.3f} / {wf:.3f} | {pu:.3f} / {wu:.3f} / {cu:.3f} | {wu / pu:.3f} |"
+                f"| {vs_ft} | {vs_up} | {ratio} |"
             )
             if with_mfu:
                 r["mfu"], r["mfu_causal"] = mfu(a, scope, m, r), mfu(a, scope, m, r, causal=True)
@@ -494,6 +498,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--scopes", nargs="+", default=["layer", "model"], choices=["layer", "model"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--refs", nargs="+", default=["full_ft", "dense_up"], choices=["full_ft", "dense_up"],
+                    help="the dense references run first (default both; the table's ratios need them)")
     ap.add_argument("--route", action="store_true", help="also time the C++ route op against its twin")
     ap.add_argument("--profile", action="store_true",
                     help="also profile two steps per method: seconds in GEMMs, and FLOP-model FLOPs per GEMM second")

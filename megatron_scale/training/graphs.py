@@ -29,6 +29,9 @@ def forward_backward_func(schedule: Any) -> Any:
     func = mc.get_forward_backward_func()
     if schedule.cuda_graph_impl == "full_iteration":
         func = mc.FullCudaGraphWrapper(func, cuda_graph_warmup_steps=schedule.cuda_graph_warmup_steps)
+        # The wrapper keeps its graphs and step counts on the class: a second run in one process
+        # (a library caller, the GPU tests) must not replay the first run's graph.
+        func.reset_cuda_graph()
     return func
 
 
