@@ -73,6 +73,7 @@ from megatron.core.distributed import (
     DistributedDataParallelConfig,
     finalize_model_grads,
 )
+from megatron.core.full_cuda_graph import FullCudaGraphWrapper, get_shared_capture_stream
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -80,6 +81,9 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.tensor_parallel.mappings import _gather_along_first_dim as gather_along_first_dim
+from megatron.core.tensor_parallel.mappings import _reduce as all_reduce_in_group
+from megatron.core.tensor_parallel.mappings import _reduce_scatter_along_first_dim as reduce_scatter_along_first_dim
 from megatron.core.tensor_parallel.mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -125,6 +129,7 @@ __all__ = [
     "DistributedDataParallel",
     "DistributedDataParallelConfig",
     "DotProductAttention",
+    "FullCudaGraphWrapper",
     "GPTModel",
     "IdentityOp",
     "MLPSubmodules",
@@ -141,12 +146,14 @@ __all__ = [
     "TransformerLayer",
     "TransformerLayerSubmodules",
     "VocabUtility",
+    "all_reduce_in_group",
     "apply_factories",
     "apply_swiglu_sharded_factory",
     "checkpoint_writer_module",
     "copy_to_tensor_model_parallel_region",
     "dist_checkpointing",
     "finalize_model_grads",
+    "gather_along_first_dim",
     "gather_from_sequence_parallel_region",
     "gather_from_tensor_model_parallel_region",
     "get_bias_dropout_add",
@@ -157,11 +164,13 @@ __all__ = [
     "get_num_layers_to_build",
     "get_pg_rank",
     "get_pg_size",
+    "get_shared_capture_stream",
     "get_transformer_layer_offset",
     "make_sharded_tensors_for_checkpoint",
     "model_parallel_cuda_manual_seed",
     "parallel_state",
     "reduce_from_tensor_model_parallel_region",
+    "reduce_scatter_along_first_dim",
     "reduce_scatter_to_sequence_parallel_region",
     "tensor_parallel",
     "te_extensions",

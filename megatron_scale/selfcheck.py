@@ -12,6 +12,7 @@ supports FP8 (TE's cast kernels). tools/gpu_run.sh's smoke test is this check.
     python -m megatron_scale.selfcheck                           # anywhere: report, skip what is absent
     python -m megatron_scale.selfcheck --image --expect-torch V  # docker build: the image's contents
     python -m megatron_scale.selfcheck --image --require-gpu     # on a node: and the CUDA step must run
+    python -m megatron_scale.selfcheck --require-gpu --te-fused --graphs   # tools/gpu_run.sh perf1's smoke
 
 Exit status: 0 when every required check passed (a skipped check says why it was skipped), 1 when
 one failed, 2 for bad arguments. Without `--image`, an absent Transformer Engine or apex is a skip;
@@ -157,7 +158,87 @@ def cuda_step(te_imported: bool) -> list[Check]:
     return [*checks, Check("fp8 step", "ok" if fine else "fail", "te.Linear under fp8_autocast fwd/bwd")]
 
 
-def run(expect_torch: list[str], image: bool, require_gpu: bool) -> list[Check]:
+def te_fused_step() -> Check:
+    """TE's functional calls exactly as model/layers/te_fused.py makes them (te.te_functional), each
+    against torch on one small bf16 problem: the signatures and layouts the one-node TE linears rely
+    on, checked in a second instead of inside a model."""
+    import torch
+    import torch.nn.functional as F
+
+    from megatron_scale.model.layers.te import te_functional
+
+    ops, dev, bf = te_functional(), torch.device("cuda", 0), torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    x, w, dy = (torch.randn(*s, device=dev, dtype=bf, generator=g) for s in ((32, 64), (48, 64), (32, 48)))
+    gamma = 1 + 0.1 * torch.randn(64, device=dev, dtype=bf, generator=g)
+    got = {
+        "TN": ops.general_gemm(w, x, out_dtype=bf, layout="TN")[0],
+        "NN": ops.general_gemm(w, dy, out_dtype=bf, layout="NN", grad=True)[0],
+        "NT": ops.general_gemm(x, dy, out_dtype=bf, layout="NT", grad=True)[0],
+    }
+    acc = torch.zeros(48, 64, device=dev, dtype=torch.float32)
+    ops.general_gemm(x, dy, out_dtype=torch.float32, layout="NT", out=acc, accumulate=True, grad=True)
+    want = {"TN": x @ w.t(), "NN": dy @ w, "NT": dy.t() @ x}
+    errs = [float((got[k].float() - want[k].float()).abs().max() / want[k].float().abs().max()) for k in want]
+    errs.append(float((acc - (dy.float().t() @ x.float())).abs().max() / acc.abs().max()))
+    ln, _, rs = ops.rmsnorm_fwd(x, gamma, 1e-5, None, None, ops.TE_DType[bf], 0, False)
+    errs.append(float((ln.float() - F.rms_norm(x.float(), (64,), gamma.float(), 1e-5)).abs().max()))
+    dx, dgamma = ops.rmsnorm_bwd(x, x, rs, gamma, 0, False)
+    y = torch.randn(32, 128, device=dev, dtype=bf, generator=g)
+    a = ops.swiglu(y, None)
+    ref = F.silu(y[:, :64].float()) * y[:, 64:].float()
+    errs.append(float((a.float() - ref).abs().max() / ref.abs().max()))
+    da = ops.dswiglu(torch.ones_like(a), y, None)
+    torch.cuda.synchronize()
+    shapes = dx.shape == x.shape and dgamma.shape == gamma.shape and da.shape == y.shape
+    ok = shapes and max(errs) < 0.05
+    return Check("te fused calls", "ok" if ok else "fail",
+                 f"general_gemm TN/NN/NT(+accumulate), rmsnorm_fwd/bwd, swiglu/dswiglu; max rel err {max(errs):.3g}")
+
+
+def graphs_step() -> Check:
+    """A CUDA graph of a step (matmul forward/backward and a capturable AdamW) captured and replayed,
+    equal to the same steps run eagerly; and whether this torch has what megatron-core's whole-iteration
+    wrapper asks for (torch.autograd.graph.set_override_stale_capture_stream)."""
+    import torch
+
+    dev = torch.device("cuda", 0)
+    w0 = torch.randn(64, 64, device=dev)
+    x = torch.randn(32, 64, device=dev)
+
+    def make() -> tuple[torch.Tensor, torch.optim.Optimizer]:
+        w = torch.nn.Parameter(w0.clone())
+        return w, torch.optim.AdamW([w], lr=1e-2, capturable=True)
+
+    def step(w: torch.Tensor, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad(set_to_none=False)
+        (x @ w).square().mean().backward()
+        opt.step()
+
+    w_eager, opt_eager = make()
+    for _ in range(6):
+        step(w_eager, opt_eager)
+    w, opt = make()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(w, opt)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(w, opt)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    same = torch.allclose(w, w_eager, rtol=1e-5, atol=1e-6)
+    stale = hasattr(torch.autograd.graph, "set_override_stale_capture_stream")
+    return Check("graphs step", "ok" if same else "fail",
+                 f"captured step replayed == eager; set_override_stale_capture_stream: {'yes' if stale else 'no'}")
+
+
+def run(expect_torch: list[str], image: bool, require_gpu: bool, te_fused: bool = False,
+        graphs: bool = False) -> list[Check]:
     import torch
 
     checks = check_torch(expect_torch)
@@ -166,16 +247,26 @@ def run(expect_torch: list[str], image: bool, require_gpu: bool) -> list[Check]:
                                     image, driver)
     apex, _ = check_modules("apex", APEX_MODULES, ("apex",), image, driver)
     checks += [te, apex, *check_project()]
+    extra = ([("te fused calls", te_fused_step)] if te_fused else []) + ([("graphs step", graphs_step)] if graphs else [])
     if torch.cuda.is_available():
         try:
             checks += cuda_step(te_imported)
         except Exception as e:  # noqa: BLE001 (report the failing step, do not hide the rest)
             checks.append(Check("cuda step", "fail", f"{type(e).__name__}: {e}"))
+        for name, fn in extra:
+            if name == "te fused calls" and not te_imported:
+                checks.append(Check(name, "fail" if require_gpu else "skip", "Transformer Engine did not import"))
+                continue
+            try:
+                checks.append(fn())
+            except Exception as e:  # noqa: BLE001
+                checks.append(Check(name, "fail", f"{type(e).__name__}: {e}"))
     else:
         why = driver or "the NVIDIA driver loads but torch.cuda.is_available() is False (no visible GPU)"
         if torch.version.cuda is None:
             why = "this torch is a CPU build"
-        checks.append(Check("cuda step", "fail" if require_gpu else "skip", f"no CUDA device: {why}"))
+        for name in ["cuda step", *(n for n, _ in extra)]:
+            checks.append(Check(name, "fail" if require_gpu else "skip", f"no CUDA device: {why}"))
     return checks
 
 
@@ -192,11 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image", action="store_true",
                    help="check the project's image: Transformer Engine and apex must be installed")
     p.add_argument("--require-gpu", action="store_true", help="fail when no CUDA device runs the tiny step")
+    p.add_argument("--te-fused", action="store_true",
+                   help="also check TE's functional calls as the one-node SCALE linears make them (te_fused.py)")
+    p.add_argument("--graphs", action="store_true", help="also capture and replay a CUDA graph of a tiny step")
     args = p.parse_args(argv)
     for want in args.expect_torch:
         if not want.strip():
             p.error("--expect-torch: empty version (was the recorded base-image version file empty?)")
-    checks = run(args.expect_torch, args.image, args.require_gpu)
+    checks = run(args.expect_torch, args.image, args.require_gpu, args.te_fused, args.graphs)
     print(report(checks))
     failed = [c.name for c in checks if c.status == "fail"]
     print(f"selfcheck: {'FAILED: ' + ', '.join(failed) if failed else 'ok'}")

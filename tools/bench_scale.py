@@ -75,6 +75,17 @@ def _architecture(a: argparse.Namespace, layers: int, up: bool) -> Any:
     )
 
 
+FUSIONS = ("rope", "swiglu", "ce")
+"""--fusions: megatron-core's RoPE (TE's kernel), SwiGLU and native cross-entropy fusions."""
+
+
+def _fusions(a: argparse.Namespace) -> Any:
+    from megatron_scale.model.args import Fusions
+
+    given = set(a.fusions or ())
+    return Fusions(rope="rope" in given, swiglu="swiglu" in given, cross_entropy="ce" in given)
+
+
 def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     """The model of one (scope, method), through the library's one builder."""
     from megatron_scale.scale_config import ScaleConfig
@@ -84,7 +95,8 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     layers = 1 if scope == "layer" else a.layers
     kernels = Kernels(transformer_impl=a.transformer_impl, attention_backend=a.attention_backend,
                       fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe, initialize=True,
-                      cpu_initialization=a.device == "cpu")
+                      cpu_initialization=a.device == "cpu", te_linear=a.scale_te_linear or "modules",
+                      fusions=_fusions(a))
     if method in ("full_ft", "dense_up"):
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
@@ -138,7 +150,7 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
             return model(ids[:, :-1], pos, mask, labels=ids[:, 1:]).float().mean()
 
     params = [p for p in module.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-5, foreach=True)
+    opt = _optimizer(a, module, params)
 
     def step_fn() -> Any:
         # megatron-core's schedule does this on each step's first microbatch (FP8 weight casts)
@@ -149,20 +161,104 @@ def _setup(a: argparse.Namespace, scope: str, method: str) -> tuple[Any, Any, li
     return module, step_fn, params, opt
 
 
-def _step(a: argparse.Namespace, loss_fn: Any, opt: Any) -> tuple[float, float]:
-    """One training step: (wall seconds, process CPU seconds)."""
+class _MegatronOptimizer:
+    """--optimizer megatron: the training entry's own (training/optim.py build_optimizer over
+    megatron-core's DDP: fp32 gradient buffers, fp32 main parameters under --bf16, TE's FusedAdam
+    where TE is installed), behind torch's zero_grad / step."""
+
+    def __init__(self, a: argparse.Namespace, module: Any) -> None:
+        import torch
+
+        from megatron_scale import _mcore as mc
+        from megatron_scale.training.optim import OptimConfig, build_optimizer
+
+        self.ddp = mc.DistributedDataParallel(
+            module.config, mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True), module=module)
+        self.opt = build_optimizer(OptimConfig(lr=1e-5, clip_grad=1.0), self.ddp, bf16=a.bf16,
+                                   params_dtype=torch.bfloat16 if a.bf16 else torch.float32, distributed=False)
+        self.param_groups = self.opt.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.ddp.zero_grad_buffer()
+        self.opt.zero_grad()
+
+    def step(self) -> None:
+        self.ddp.finish_grad_sync()
+        self.opt.step()
+
+    def state_bytes(self) -> int:
+        """Adam's moments and the fp32 main parameters (where they are copies: --bf16), in bytes."""
+        import torch
+
+        own = {p.data_ptr() for p in self.ddp.module.parameters()}
+        tensors = [v for st in self.opt.optimizer.state.values() for v in st.values() if torch.is_tensor(v) and v.dim()]
+        tensors += [p for g in self.opt.optimizer.param_groups for p in g["params"] if p.data_ptr() not in own]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def grad_bytes(self) -> int:
+        """DDP's fp32 gradient buffers (main_grad), in bytes."""
+        return sum(b.grad_data.numel() * b.grad_data.element_size() for b in self.ddp.buffers)
+
+
+def _optimizer(a: argparse.Namespace, module: Any, params: list[Any]) -> Any:
+    import torch
+
+    if a.optimizer == "megatron":
+        return _MegatronOptimizer(a, module)
+    return torch.optim.AdamW(params, lr=1e-5, foreach=True, capturable=a.cuda_graph == "step")
+
+
+def _work(a: argparse.Namespace, loss_fn: Any, opt: Any) -> None:
+    """One optimizer step over --microbatches forward/backward passes (gradients accumulate)."""
+    opt.zero_grad(set_to_none=a.cuda_graph != "step")
+    for _ in range(a.microbatches):
+        loss_fn().backward()
+    opt.step()
+
+
+class _Graphed:
+    """--cuda-graph step: the whole step (every microbatch and AdamW, capturable) captured once by
+    torch after three eager steps on a side stream, then replayed (torch's whole-network capture)."""
+
+    def __init__(self, a: argparse.Namespace, loss_fn: Any, opt: Any) -> None:
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                _work(a, loss_fn, opt)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            _work(a, loss_fn, opt)
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def _step(a: argparse.Namespace, loss_fn: Any, opt: Any, graphed: Any = None) -> tuple[float, float, float, float | None]:
+    """One training step: (wall seconds, process CPU seconds, host seconds to the step's return,
+    device seconds between CUDA events around it, None on CPU)."""
     import torch
 
     cuda = a.device == "cuda"
+    start = end = None
     if cuda:
         torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
     t, c = time.perf_counter(), time.process_time()
-    opt.zero_grad(set_to_none=True)
-    loss_fn().backward()
-    opt.step()
+    if graphed is not None:
+        graphed.replay()
+    else:
+        _work(a, loss_fn, opt)
+    host = time.perf_counter() - t
     if cuda:
+        end.record()
         torch.cuda.synchronize()
-    return time.perf_counter() - t, time.process_time() - c
+    device = start.elapsed_time(end) / 1e3 if cuda else None
+    return time.perf_counter() - t, time.process_time() - c, host, device
 
 
 def _init(a: argparse.Namespace) -> None:
@@ -185,16 +281,22 @@ def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> lis
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     built = {m: _setup(a, a.scope, m) for m in (methods or _methods(a))}
+    graphs = {m: _Graphed(a, fn, opt) if a.cuda_graph == "step" else None for m, (_, fn, _, opt) in built.items()}
     for _ in range(a.warmup):
-        for _, loss_fn, _, opt in built.values():
-            _step(a, loss_fn, opt)
+        for m, (_, loss_fn, _, opt) in built.items():
+            _step(a, loss_fn, opt, graphs[m])
     walls: dict[str, list[float]] = {m: [] for m in built}
     cpus: dict[str, list[float]] = {m: [] for m in built}
+    hosts: dict[str, list[float]] = {m: [] for m in built}
+    devices: dict[str, list[float]] = {m: [] for m in built}
     for _ in range(a.repeats):
         for m, (_, loss_fn, _, opt) in built.items():
-            w, c = _step(a, loss_fn, opt)
+            w, c, h, d = _step(a, loss_fn, opt, graphs[m])
             walls[m].append(w)
             cpus[m].append(c)
+            hosts[m].append(h)
+            if d is not None:
+                devices[m].append(d)
     peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else (_rss_kib("VmHWM") - rss0) * 1024
     prof = _profile(a, built) if a.profile else {}
     device = bench_profile.device_info(a.device)
@@ -203,9 +305,11 @@ def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> lis
         out.append({**({"gemm_s": prof[m]["classes"]["gemm"], "profile": prof[m]} if prof else {}),
             **({"peak_bytes": peak} if methods else {}), "device": device,
             "scope": a.scope, "method": m, "step_s": statistics.median(walls[m]), "times_s": walls[m],
-            "cpu_s": statistics.median(cpus[m]), "tokens": a.seq * a.batch,
-            "grad_bytes": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
-            "optimizer_bytes": sum(
+            "cpu_s": statistics.median(cpus[m]), "tokens": a.seq * a.batch * a.microbatches,
+            "host_s": statistics.median(hosts[m]), "device_s": statistics.median(devices[m]) if devices[m] else None,
+            "grad_bytes": opt.grad_bytes() if hasattr(opt, "grad_bytes") else sum(
+                p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
+            "optimizer_bytes": opt.state_bytes() if hasattr(opt, "state_bytes") else sum(
                 v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                 if torch.is_tensor(v) and v.dim() > 0
             ),
@@ -272,9 +376,17 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
                              skip_base_backward=skip)
 
 
-def mfu(a: argparse.Namespace, scope: str, method: str, r: dict[str, Any]) -> float:
-    """Model FLOPs utilisation of one timed row: the FLOP model's FLOPs per second over --peak-tflops."""
-    return _predicted(a, scope, method) * r["tokens"] / r["step_s"] / (a.peak_tflops * 1e12)
+def mfu(a: argparse.Namespace, scope: str, method: str, r: dict[str, Any], causal: bool = False) -> float:
+    """Model FLOPs utilisation of one timed row: the FLOP model's FLOPs per second over --peak-tflops
+    (attention over the full s x s; `causal`: that term halved, Megatron-LM's convention)."""
+    from megatron_scale.model import flops
+
+    predicted = _predicted(a, scope, method)
+    if causal:
+        shape = _shape(a)
+        heads = shape.heads + (shape.heads_up if method not in ("full_ft",) else 0)
+        predicted -= (1 if scope == "layer" else a.layers) * flops.attention(a.seq, heads, shape.head_dim) / 2
+    return predicted * r["tokens"] / r["step_s"] / (a.peak_tflops * 1e12)
 
 
 def _route_bench(a: argparse.Namespace) -> list[dict[str, Any]]:
@@ -308,8 +420,8 @@ def _route_bench(a: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _methods(a: argparse.Namespace) -> list[str]:
-    """The two dense references always run: every ratio is against them."""
-    return ["full_ft", "dense_up"] + [m for m in a.methods if m not in ("full_ft", "dense_up")]
+    """The dense references of --refs (both by default) first: the ratios are against them."""
+    return list(a.refs) + [m for m in a.methods if m not in ("full_ft", "dense_up")]
 
 
 def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
@@ -323,19 +435,23 @@ def _table(a: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     lines = [head + (" MFU |" if with_mfu else ""), "|---" * (11 + bool(with_mfu)) + "|"]
     mib = 2.0**20
     for scope in a.scopes:
-        ft, up = by[(scope, "full_ft")], by[(scope, "dense_up")]
+        ft, up = by.get((scope, "full_ft")), by.get((scope, "dense_up"))
         for m in _methods(a):
             r = by[(scope, m)]
             p = _predicted(a, scope, m)
-            pf, pu = p / _predicted(a, scope, "full_ft"), p / _predicted(a, scope, "dense_up")
-            wf, wu, cu = r["step_s"] / ft["step_s"], r["step_s"] / up["step_s"], r["cpu_s"] / up["cpu_s"]
+            vs_ft = vs_up = ratio = "-"
+            if ft is not None:
+                vs_ft = f"{p / _predicted(a, scope, 'full_ft'):.3f} / {r['step_s'] / ft['step_s']:.3f}"
+            if up is not None:
+                pu, wu = p / _predicted(a, scope, "dense_up"), r["step_s"] / up["step_s"]
+                vs_up, ratio = f"{pu:.3f} / {wu:.3f} / {r['cpu_s'] / up['cpu_s']:.3f}", f"{wu / pu:.3f}"
             lines.append(
                 f"| {scope} | {m} | {r['step_s']:.3f} | {r['cpu_s']:.3f} | {r['tokens'] / r['step_s']:.0f} "
                 f"| {r['peak_bytes'] / mib:.0f} | {r['grad_bytes'] / mib:.1f} | {r['optimizer_bytes'] / mib:.1f} "
-                f"| {pf:.3f} / {wf:.3f} | {pu:.3f} / {wu:.3f} / {cu:.3f} | {wu / pu:.3f} |"
+                f"| {vs_ft} | {vs_up} | {ratio} |"
             )
             if with_mfu:
-                r["mfu"] = mfu(a, scope, m, r)
+                r["mfu"], r["mfu_causal"] = mfu(a, scope, m, r), mfu(a, scope, m, r, causal=True)
                 lines[-1] += f" {r['mfu']:.3f} |"
     return "\n".join(lines)
 
@@ -348,6 +464,28 @@ def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         check_te_flags(a.transformer_impl, a.fp8_format, a.fp8_recipe, a.bf16, a.device)
     except ValueError as e:
         ap.error(str(e))
+    if a.microbatches < 1:
+        ap.error(f"--microbatches {a.microbatches}: must be >= 1")
+    bad = sorted(set(a.fusions) - set(FUSIONS))
+    if bad:
+        ap.error(f"--fusions {','.join(bad)}: choose from {','.join(FUSIONS)}")
+    if a.fusions and a.device != "cuda":
+        ap.error(f"--fusions {','.join(a.fusions)}: megatron-core compiles its fused kernels with torch.compile, "
+                 "which does not run on this project's CPU backend; it needs --device cuda")
+    if "rope" in a.fusions and a.transformer_impl != "transformer_engine":
+        ap.error("--fusions rope runs Transformer Engine's fused RoPE: it needs --transformer-impl transformer_engine")
+    if a.scale_te_linear is not None and a.transformer_impl != "transformer_engine":
+        ap.error(f"--scale-te-linear {a.scale_te_linear} needs --transformer-impl transformer_engine")
+    if a.scale_te_linear == "fused" and a.fp8_format:
+        ap.error("--scale-te-linear fused runs bf16 only so far: FP8 needs --scale-te-linear modules")
+    if a.cuda_graph == "step" and a.device != "cuda":
+        ap.error("--cuda-graph step captures a CUDA graph: it needs --device cuda")
+    if a.cuda_graph == "step" and a.optimizer == "megatron":
+        ap.error("--cuda-graph step with --optimizer megatron: megatron-core's optimizer step reads the gradient "
+                 "norm on the host (not capturable); the training entry's --cuda-graph-impl full_iteration graphs "
+                 "forward and backward only")
+    if a.cuda_graph == "step" and a.profile:
+        ap.error("--cuda-graph step with --profile: a replayed graph shows as one launch; profile without it")
     variants = sorted(set(a.methods) & set(VARIANTS))
     if variants and "layer" in a.scopes:
         ap.error(f"--methods {' '.join(variants)}: the variants act on the output layer; give --scopes model")
@@ -367,6 +505,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--scopes", nargs="+", default=["layer", "model"], choices=["layer", "model"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--refs", nargs="+", default=["full_ft", "dense_up"], choices=["full_ft", "dense_up"],
+                    help="the dense references run first (default both; the table's ratios need them)")
     ap.add_argument("--route", action="store_true", help="also time the C++ route op against its twin")
     ap.add_argument("--profile", action="store_true",
                     help="also profile two steps per method: seconds in GEMMs, and FLOP-model FLOPs per GEMM second")
@@ -381,6 +521,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="FP8 through Transformer Engine (GPU mode; needs --transformer-impl transformer_engine and --bf16)")
     ap.add_argument("--fp8-recipe", choices=["delayed", "tensorwise"], default=None, help="with --fp8-format; default delayed")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (H100 SXM bf16: 989)")
+    ap.add_argument("--optimizer", choices=["adamw", "megatron"], default="adamw",
+                    help="adamw: torch AdamW (foreach) on the parameters; megatron: the training entry's optimizer "
+                         "(training/optim.py over megatron-core's DDP: fp32 grads, fp32 main params with --bf16)")
+    ap.add_argument("--microbatches", type=int, default=1,
+                    help="forward/backward passes per optimizer step (gradient accumulation); tokens count all")
+    ap.add_argument("--cuda-graph", choices=["none", "step"], default="none",
+                    help="step: the whole step captured by torch and replayed (CUDA, --optimizer adamw)")
+    ap.add_argument("--fusions", type=lambda v: tuple(x for x in v.split(",") if x), default=(),
+                    help=f"comma-separated, of {','.join(FUSIONS)}: megatron-core's fusions (rope needs TE)")
+    ap.add_argument("--scale-te-linear", choices=["modules", "fused"], default=None,
+                    help="SCALE's TE linears (with --transformer-impl transformer_engine): modules (te_linear.py) "
+                         "| fused (te_fused.py, one node per upscaled linear)")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                     help="time each method alone in a process of its own, one model's state alive at a time "
                          "(default: on with --device cuda, off on CPU, where interleaving evens out load)")

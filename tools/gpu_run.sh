@@ -44,7 +44,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 RUN=${1:-}
-case "$RUN" in te|local|science) shift ;; *) echo "gpu_run.sh: first argument: te, local or science (see the header)" >&2; exit 2 ;; esac
+case "$RUN" in te|local|science) shift ;; perf1|perf2) shift ;; *) echo "gpu_run.sh: first argument: te, local or science (see the header), perf1 or perf2 (tools/gpu_run_perf.sh)" >&2; exit 2 ;; esac
 REHEARSE=0 BUDGET=540 FAIL=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -397,5 +397,8 @@ run_science() {
   tar czf "$O/reports.tgz" -C "$W" "${keep[@]}"
   finish 0
 }
+
+# shellcheck source=tools/gpu_run_perf.sh
+source tools/gpu_run_perf.sh   # run_perf1, run_perf2 (issue 64)
 
 "run_$RUN"

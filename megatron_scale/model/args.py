@@ -29,6 +29,43 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 
 
+CROSS_ENTROPY_IMPLS = ("native", "te")
+CUDA_GRAPH_IMPLS = ("none", "full_iteration")
+
+
+@dataclass(kw_only=True, frozen=True)
+class Fusions:
+    """megatron-core's kernel fusions (Megatron-LM's flags), the same for every method."""
+
+    rope: bool = False
+    """--apply-rope-fusion: RoPE through Transformer Engine's fused kernel (needs TE)."""
+    swiglu: bool = False
+    """--bias-swiglu-fusion: megatron-core's fused SwiGLU (bias_swiglu_impl; TransformerConfig's
+    bias_activation_fusion). SCALE's one-node TE MLP runs TE's SwiGLU either way."""
+    cross_entropy: bool = False
+    """--cross-entropy-loss-fusion: megatron-core's fused vocab-parallel cross-entropy."""
+    cross_entropy_impl: str = "native"
+    """--cross-entropy-fusion-impl: native (megatron-core's) | te, refused as Megatron-LM refuses it."""
+
+    def check(self) -> None:
+        if self.cross_entropy_impl not in CROSS_ENTROPY_IMPLS:
+            raise ArchitectureError(f"--cross-entropy-fusion-impl {self.cross_entropy_impl!r}: choose one of "
+                                    f"{CROSS_ENTROPY_IMPLS}")
+        if self.cross_entropy and self.cross_entropy_impl == "te":
+            raise ArchitectureError("--cross-entropy-fusion-impl te: Transformer Engine's cross-entropy fusion is "
+                                    "disabled due to stability issues (as Megatron-LM refuses it); use "
+                                    "--cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion")
+
+    def config_fields(self) -> dict[str, Any]:
+        """The TransformerConfig fields they set."""
+        self.check()
+        return {"apply_rope_fusion": self.rope, "bias_activation_fusion": self.swiglu,
+                "cross_entropy_loss_fusion": self.cross_entropy, "cross_entropy_fusion_impl": self.cross_entropy_impl}
+
+
+NO_FUSIONS = Fusions()
+
+
 class ArchitectureError(ValueError):
     """An architecture record or flag set cannot describe a model; the message names the key or flag."""
 
@@ -119,23 +156,29 @@ class LlamaArgs:
     def transformer_config(
         self, tp: int = 1, pp: int = 1, *, sequence_parallel: bool = False, initialize: bool = False,
         cpu_initialization: bool = True, init_method_std: float = 0.02, gradient_accumulation_fusion: bool = False,
-        fp8: dict[str, Any] | None = None, num_layers: int | None = None,
+        fp8: dict[str, Any] | None = None, num_layers: int | None = None, fusions: Fusions = NO_FUSIONS,
+        cuda_graph_impl: str = "none",
     ) -> Any:
         """megatron-core TransformerConfig of this model at TP/PP: no dropout; `initialize=False`
         skips the random init a converter or a checkpoint load overwrites anyway; `num_layers`
-        overrides the record's (LLaMA-Pro's grown model); `fp8`: model/layers/te.py fp8_config."""
+        overrides the record's (LLaMA-Pro's grown model); `fp8`: model/layers/te.py fp8_config;
+        `fusions`: megatron-core's kernel fusions; `cuda_graph_impl`: none | full_iteration (the
+        training loop wraps its schedule; megatron-core's cross-entropy reads it too)."""
+        if cuda_graph_impl not in CUDA_GRAPH_IMPLS:
+            raise ArchitectureError(f"--cuda-graph-impl {cuda_graph_impl!r}: choose one of {CUDA_GRAPH_IMPLS}")
         dtype = self.torch_dtype
         return mc.TransformerConfig(
             num_layers=num_layers or self.num_layers, hidden_size=self.hidden_size,
             num_attention_heads=self.num_attention_heads, num_query_groups=self.num_query_groups,
             ffn_hidden_size=self.ffn_hidden_size, kv_channels=self.kv_channels,
             normalization="RMSNorm", layernorm_epsilon=self.norm_epsilon, gated_linear_unit=True,
-            activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
+            activation_func=F.silu, add_bias_linear=False,
             hidden_dropout=0.0, attention_dropout=0.0, init_method_std=init_method_std,
             use_cpu_initialization=cpu_initialization, perform_initialization=initialize,
             params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, sequence_parallel=sequence_parallel,
-            gradient_accumulation_fusion=gradient_accumulation_fusion, **(fp8 or {}),
+            gradient_accumulation_fusion=gradient_accumulation_fusion, cuda_graph_impl=cuda_graph_impl,
+            **fusions.config_fields(), **(fp8 or {}),
         )
 
     def gpt_kwargs(self) -> dict[str, Any]:

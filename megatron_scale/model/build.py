@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from megatron_scale import _mcore as mc
 from megatron_scale.scale_config import ScaleConfig, ScaleDims
-from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.args import NO_FUSIONS, Fusions, LlamaArgs
 from megatron_scale.model.layers.heads import ScaleOutputLayer, ScaleVocabParallelEmbedding
 from megatron_scale.model.layers.sdpa import check_attention_backend
 from megatron_scale.model.layers.spec import (
@@ -63,6 +63,13 @@ class Kernels:
     """Weight gradients accumulate straight into the fp32 main_grad buffers: in SCALE's TE linears
     through TE alone; megatron-core's own linears too where apex's kernel is installed
     (model/layers/te.py apex_wgrad_kernel); other methods need that kernel."""
+    te_linear: str = "modules"
+    """SCALE's TE linears (--scale-te-linear, model/layers/spec.py TE_LINEARS): modules (te_linear.py)
+    | fused (te_fused.py: one TE node per upscaled linear, bf16)."""
+    fusions: Fusions = NO_FUSIONS
+    """megatron-core's kernel fusions (RoPE, SwiGLU, cross-entropy: model/args.py Fusions)."""
+    cuda_graph_impl: str = "none"
+    """none | full_iteration (--cuda-graph-impl: the training loop captures its schedule)."""
     initialize: bool = False
     """Random init of the base weights (off where a checkpoint overwrites them anyway)."""
     init_method_std: float = 0.02
@@ -94,17 +101,19 @@ def build_model(args: LlamaArgs, method: Buildable, parallel: Parallel = Paralle
     """This rank's model chunk for `method` (see the module docstring)."""
     check_attention_backend(kernels.attention_backend, kernels.transformer_impl)
     fusion = kernels.gradient_accumulation_fusion
-    if fusion and not method.own_wgrad_fusion and not apex_wgrad_kernel():
+    if fusion and not method.own_wgrad_fusion and not kernels.te and not apex_wgrad_kernel():
         raise ValueError(
-            "--gradient-accumulation-fusion with this method needs apex's fused_weight_gradient_mlp_cuda "
-            "(megatron-core's linears accumulate through it), which is not installed here; the SCALE methods "
-            "fuse through Transformer Engine alone, or drop the flag"
+            "--gradient-accumulation-fusion with this method on the local path needs apex's "
+            "fused_weight_gradient_mlp_cuda (megatron-core's linears accumulate through it), which is not installed "
+            "here; on --transformer-impl transformer_engine every method fuses through Transformer Engine, or drop "
+            "the flag"
         )
     cfg = args.transformer_config(
         parallel.tp, parallel.pp, sequence_parallel=parallel.sequence_parallel, initialize=kernels.initialize,
         cpu_initialization=kernels.cpu_initialization, init_method_std=kernels.init_method_std,
         gradient_accumulation_fusion=fusion and apex_wgrad_kernel(),
         fp8=fp8_config(kernels.fp8_format, kernels.fp8_recipe), num_layers=method.model_layers(args.num_layers),
+        fusions=kernels.fusions, cuda_graph_impl=kernels.cuda_graph_impl,
     )
     return method.build(cfg, args, kernels)
 
@@ -118,7 +127,24 @@ def build_gpt(cfg: Any, args: LlamaArgs, kernels: Kernels, spec: Any = None) -> 
         spec = llama_te_block_spec(cfg) if kernels.te else llama_block_spec(cfg)
     if not kernels.te:
         spec = with_attention_backend(spec, kernels.attention_backend)
-    return mc.GPTModel(cfg, spec, **args.gpt_kwargs())
+    model = mc.GPTModel(cfg, spec, **args.gpt_kwargs())
+    if kernels.te and kernels.gradient_accumulation_fusion:
+        te_wgrad_fusion(model)
+    return model
+
+
+def te_wgrad_fusion(model: Any) -> int:
+    """Transformer Engine's own gradient-accumulation fusion for every TE linear of `model` (a dense
+    model on megatron-core's TE spec), as SCALE's TE linears get it (spec.py ScaleBackend.wgrad_fusion):
+    TE reads `fuse_wgrad_accumulation` at each forward and accumulates into main_grad. The config's
+    gradient_accumulation_fusion stays as apex allows (megatron-core's own output layer needs apex's
+    kernel for it). Returns how many modules were switched."""
+    switched = 0
+    for m in model.modules():
+        if hasattr(m, "fuse_wgrad_accumulation") and any(p.requires_grad for p in m.parameters(recurse=False)):
+            m.fuse_wgrad_accumulation = True
+            switched += 1
+    return switched
 
 
 def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) -> Any:
@@ -126,7 +152,7 @@ def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) ->
     kwargs = args.gpt_kwargs()
     tied = kwargs.pop("share_embeddings_and_output_weights")
     if kernels.te:
-        backend = te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion)
+        backend = te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion, linear=kernels.te_linear)
     else:
         backend = local_backend(kernels.attention_backend)
     return build_scale_gpt(cfg, dims, tied_embeddings=tied, backend=backend, **kwargs)

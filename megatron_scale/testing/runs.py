@@ -33,6 +33,25 @@ def make_dataset(prefix: Path, seed: int, docs: int = 200) -> str:
     return str(prefix)
 
 
+def random_dataset(prefix: Path, vocab: int, tokens: int, seed: int = 0, doc_tokens: int = 8193) -> str:
+    """`tokens` uniform random token ids in documents of `doc_tokens` as a Megatron indexed dataset
+    (the dtype megatron-core picks for `vocab`): input for timing runs, where what is learnt does not
+    matter (tools/make_random_dataset.py; tools/gpu_run.sh perf2)."""
+    from megatron_scale import _mcore as mc
+
+    if vocab < 2 or tokens < 2 or doc_tokens < 2:
+        raise ValueError(f"random_dataset: vocab {vocab}, tokens {tokens}, doc_tokens {doc_tokens} must be >= 2")
+    dtype = mc.optimal_index_dtype(vocab)
+    g = np.random.default_rng(seed)
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    builder = mc.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for start in range(0, tokens, doc_tokens):
+        n = min(doc_tokens, tokens - start)
+        builder.add_document(torch.from_numpy(g.integers(0, vocab, n).astype(dtype)), [n])
+    builder.finalize(f"{prefix}.idx")
+    return str(prefix)
+
+
 def command(nproc: int, *args: str) -> list[str]:
     """The entry's command line: with --load, only the run's flags (the checkpoint records the
     architecture); without, the tiny model's too."""

@@ -31,9 +31,11 @@ from megatron_scale.flags import add_flags, argv_for, flag, given, optional_twin
 from megatron_scale.flags import to_argv as to_argv_of
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
-from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model.args import CROSS_ENTROPY_IMPLS, CUDA_GRAPH_IMPLS, Fusions, LlamaArgs
+from megatron_scale.model.layers.spec import TE_LINEARS
 from megatron_scale.model.layers.sdpa import ATTENTION_BACKENDS, check_attention_backend
-from megatron_scale.model.layers.te import FP8_FORMATS, FP8_RECIPES, check_te_flags
+from megatron_scale.model.layers.te import FP8_FORMATS, FP8_RECIPES, check_te_flags, require_te
+from megatron_scale.model.layers.te_linear import FROZEN_RECASTS
 from megatron_scale.training.checkpointing import CheckpointConfig
 from megatron_scale.training.metrics import LoggingConfig
 from megatron_scale.training.optim import OptimConfig
@@ -75,7 +77,24 @@ class ModelConfig:
     """With --fp8-format; default delayed."""
     gradient_accumulation_fusion: bool = field(default=False, metadata=flag("--gradient-accumulation-fusion"))
     """TE accumulates weight gradients straight into the fp32 main_grad buffers (--transformer-impl
-    transformer_engine)."""
+    transformer_engine; every method's TE linears)."""
+    scale_te_linear: str | None = field(default=None, metadata=flag("--scale-te-linear", choices=TE_LINEARS))
+    """SCALE's linears on Transformer Engine: modules (the default: te.Linear modules per block,
+    model/layers/te_linear.py) | fused (one TE autograd node per upscaled linear, the split norms inside
+    qkv and fc1, bf16: model/layers/te_fused.py). With --transformer-impl transformer_engine."""
+    apply_rope_fusion: bool = field(default=False, metadata=flag("--apply-rope-fusion"))
+    """RoPE through Transformer Engine's fused kernel (needs TE and CUDA)."""
+    bias_swiglu_fusion: bool = field(default=False, metadata=flag("--bias-swiglu-fusion"))
+    """megatron-core's fused SwiGLU (TransformerConfig.bias_activation_fusion)."""
+    cross_entropy_loss_fusion: bool = field(default=False, metadata=flag("--cross-entropy-loss-fusion"))
+    """megatron-core's fused vocab-parallel cross-entropy."""
+    cross_entropy_fusion_impl: str = field(default="native", metadata=flag(
+        "--cross-entropy-fusion-impl", choices=CROSS_ENTROPY_IMPLS))
+    """native (megatron-core's); te is refused, as Megatron-LM refuses it (stability issues)."""
+
+    def fusions(self) -> Fusions:
+        return Fusions(rope=self.apply_rope_fusion, swiglu=self.bias_swiglu_fusion,
+                       cross_entropy=self.cross_entropy_loss_fusion, cross_entropy_impl=self.cross_entropy_fusion_impl)
 
 
 @dataclass(kw_only=True)
@@ -145,6 +164,12 @@ class ScheduleConfig:
     exit_interval: int | None = field(default=None, metadata=flag("--exit-interval"))
     """Stop (saving first, with --save) once the iteration is a multiple of this; --train-iters keeps
     fixing the LR schedule, so a later run resumes the same schedule."""
+    cuda_graph_impl: str = field(default="none", metadata=flag("--cuda-graph-impl", choices=CUDA_GRAPH_IMPLS))
+    """none | full_iteration: each step's forward and backward over all its microbatches captured as
+    one CUDA graph after --cuda-graph-warmup-steps and replayed (megatron-core's FullCudaGraphWrapper;
+    the optimizer step stays outside). CUDA only."""
+    cuda_graph_warmup_steps: int = field(default=3, metadata=flag("--cuda-graph-warmup-steps"))
+    """Eager steps before the capture (training and evaluation each count their own)."""
 
     def validate(self, dp: int) -> None:
         positive(("--train-iters", self.train_iters), ("--micro-batch-size", self.micro_batch_size),
@@ -244,6 +269,44 @@ class TrainConfig:
             raise ValueError("--gradient-accumulation-fusion needs --transformer-impl transformer_engine")
         check_attention_backend(m.attention_backend, m.transformer_impl)
         check_te_flags(m.transformer_impl, m.fp8_format, m.fp8_recipe, m.bf16, self.parallel.device)
+        check_kernels(self, te)
+
+
+def _device(requested: str) -> str:
+    """The device a run computes on (--device auto: cuda where there is one)."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_kernels(cfg: TrainConfig, te: bool) -> None:
+    """--scale-te-linear, the fusions and --cuda-graph-impl: each refused by name where it cannot run."""
+    m, s = cfg.model, cfg.schedule
+    if m.scale_te_linear is not None and not te:
+        raise ValueError(f"--scale-te-linear {m.scale_te_linear} needs --transformer-impl transformer_engine")
+    if m.scale_te_linear == "fused" and m.fp8_format is not None:
+        raise ValueError("--scale-te-linear fused runs bf16 only so far: FP8 needs --scale-te-linear modules")
+    m.fusions().check()
+    device = _device(cfg.parallel.device)
+    for on, name in ((m.bias_swiglu_fusion, "--bias-swiglu-fusion"), (m.cross_entropy_loss_fusion,
+                                                                    "--cross-entropy-loss-fusion")):
+        if on and device != "cuda":
+            raise ValueError(f"{name}: megatron-core compiles its fused kernel with torch.compile, which does not run "
+                             "on this project's CPU backend; it needs --device cuda")
+    if m.apply_rope_fusion:
+        if device != "cuda":
+            raise ValueError("--apply-rope-fusion runs Transformer Engine's fused RoPE kernel: it needs --device cuda")
+        require_te("--apply-rope-fusion")
+    positive(("--cuda-graph-warmup-steps", s.cuda_graph_warmup_steps + 1))
+    if s.cuda_graph_impl == "full_iteration":
+        if device != "cuda":
+            raise ValueError("--cuda-graph-impl full_iteration captures CUDA graphs: it needs --device cuda (a GPU)")
+        if m.fp8_format is not None and s.cuda_graph_warmup_steps < FROZEN_RECASTS:
+            raise ValueError(f"--cuda-graph-warmup-steps {s.cuda_graph_warmup_steps} with --fp8-format: the frozen "
+                             f"base's FP8 cast is redone in the first {FROZEN_RECASTS} steps, so capture after at "
+                             f"least {FROZEN_RECASTS}")
 
 
 # component name -> (its class, its help-group title)

@@ -38,6 +38,8 @@ from megatron_scale.training.data import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan
+from megatron_scale.training.graphs import forward_backward_func, wrap_ddp
+from megatron_scale.training.throughput import StepFlops, step_flops
 from megatron_scale.training.say_once import say_error_once
 
 
@@ -63,6 +65,8 @@ class Run:
     method: TrainingMethod  # the method the model was built for: what its checkpoints record
     iteration: int = 0
     consumed: int = 0
+    forward_backward: Any = None  # the schedule (forward_backward_func, graphed with --cuda-graph-impl)
+    flops: StepFlops | None = None  # FLOPs per token of a step (training/throughput.py)
 
     def save(self) -> None:
         save_run(self.config.checkpoint.save, self.iteration, self.ddp.module, self.optimizer, self.scheduler, self.consumed,
@@ -104,7 +108,7 @@ def _mean_loss(outputs: list[dict], device: torch.device) -> torch.Tensor:
 
 def _schedule(run: Run, data: Any, forward_only: bool) -> list[dict]:
     s = run.config.schedule
-    return mc.get_forward_backward_func()(
+    return (run.forward_backward or mc.get_forward_backward_func())(
         forward_step_func=_forward_step, data_iterator=data, model=[run.ddp],
         num_microbatches=run.num_microbatches, seq_length=s.seq_length,
         micro_batch_size=s.micro_batch_size, forward_only=forward_only,
@@ -117,6 +121,7 @@ def _kernels(config: TrainConfig, device: torch.device) -> Kernels:
         transformer_impl=m.transformer_impl, attention_backend=m.attention_backend, fp8_format=m.fp8_format,
         fp8_recipe=m.fp8_recipe, gradient_accumulation_fusion=m.gradient_accumulation_fusion, initialize=True,
         init_method_std=m.init_method_std, cpu_initialization=device.type == "cpu",
+        te_linear=m.scale_te_linear or "modules", fusions=m.fusions(), cuda_graph_impl=config.schedule.cuda_graph_impl,
     )
 
 
@@ -133,11 +138,7 @@ def setup(config: TrainConfig) -> Run:
         model = model.to(device)  # a no-op where megatron-core built it there already
     _give_unit_codes(model, cfg)
     _scope_output_rows(model, cfg)
-    ddp = mc.DistributedDataParallel(
-        model.config,
-        mc.DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=par.use_distributed_optimizer),
-        module=model,
-    )
+    ddp = wrap_ddp(model, par.use_distributed_optimizer, s.cuda_graph_impl)
     optimizer = build_optimizer(o, ddp, bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
                                 distributed=par.use_distributed_optimizer)
     hooks.optimizer_built(optimizer)
@@ -162,6 +163,8 @@ def setup(config: TrainConfig) -> Run:
         log=MetricsLog(active=logs_here, jsonl=metrics, tensorboard_dir=log.tensorboard_dir, train_iters=s.train_iters),
         num_microbatches=gb // (s.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
         model_args=p.record, layout=p.layout, device=device, method=p.method,
+        forward_backward=forward_backward_func(s),
+        flops=step_flops(model.config, p.architecture.vocab_size, s.seq_length, getattr(model, "scale_dims", None)),
     )
     if p.resume is not None:
         saved = p.resumed_layout or p.layout  # a checkpoint whose layout is unknown loads as the run's
@@ -238,10 +241,13 @@ def train_step(run: Run) -> dict[str, Any]:
     run.iteration += 1
     run.consumed += a.global_batch_size
     step_time = time.monotonic() - start
+    tokens = a.global_batch_size * a.seq_length
+    rates = {} if run.flops is None else run.flops.rates(tokens, step_time, dist.get_world_size(),
+                                                          run.config.logging.peak_tflops)
     return {
         "consumed_samples": run.consumed, "lm_loss": loss, "grad_norm": grad_norm, "skipped": skipped,
         "lr": run.optimizer.param_groups[0]["lr"], "global_batch_size": a.global_batch_size,
-        "step_time": step_time, "tokens_per_s": a.global_batch_size * a.seq_length / step_time,
+        "step_time": step_time, "tokens_per_s": tokens / step_time, **rates,
     }
 
 

@@ -47,12 +47,17 @@ class LoggingConfig:
     """JSONL metrics (default: <save>/metrics.jsonl)."""
     tensorboard_dir: str | None = field(default=None, metadata=flag("--tensorboard-dir"))
     """TensorBoard event files go here."""
+    peak_tflops: float | None = field(default=None, metadata=flag("--peak-tflops"))
+    """The GPU's peak TFLOP/s (H100/H200 SXM dense bf16: 989; FP8: 1979): the log then gives MFU,
+    both attention conventions (training/throughput.py)."""
 
     def validate(self, method: str, routes: bool, train_iters: int | None = None) -> None:
         """`method`: the --method value; `routes`: whether its model routes (TrainingMethod.routes);
         `train_iters`: --train-iters, which the evaluation schedule must not pass."""
         positive(("--log-interval", self.log_interval), ("--eval-iters", self.eval_iters),
                   ("--eval-interval", self.eval_interval))
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise ValueError(f"--peak-tflops {self.peak_tflops}: must be > 0")
         if self.eval_iterations:
             if self.eval_interval is not None:
                 raise ValueError("--eval-iterations and --eval-interval: give one schedule of evaluations, not both")
@@ -73,6 +78,17 @@ class LoggingConfig:
         if not self.eval_interval:
             return False
         return self.eval_at_start if iteration == 0 else iteration % self.eval_interval == 0
+
+
+def _throughput(v: dict[str, Any]) -> str:
+    """Megatron-LM's 'throughput per GPU (TFLOP/s/GPU)' and the MFU, each with its causal twin."""
+    if "tflops_per_gpu" not in v:
+        return ""
+    part = (f" | throughput per GPU (TFLOP/s/GPU): {v['tflops_per_gpu']:.1f}"
+            f" (causal {v['tflops_per_gpu_causal']:.1f})")
+    if "mfu" in v:
+        part += f" | MFU: {v['mfu']:.3f} (causal {v['mfu_causal']:.3f})"
+    return part
 
 
 class MetricsLog:
@@ -115,7 +131,7 @@ class MetricsLog:
             f" | elapsed time per iteration (ms): {v['step_time'] * 1000:.1f}"
             f" | learning rate: {v['lr']:.6E} | global batch size: {v['global_batch_size']:5d}"
             f" | lm loss: {v['lm_loss']:.6E} | grad norm: {v['grad_norm']:.3f}"
-            f" | tokens/s: {v['tokens_per_s']:.0f} | ETA: {time.strftime('%H:%M:%S', time.gmtime(eta))}",
+            f" | tokens/s: {v['tokens_per_s']:.0f}{_throughput(v)} | ETA: {time.strftime('%H:%M:%S', time.gmtime(eta))}",
             flush=True,
         )
         self.record("train", iteration, v)

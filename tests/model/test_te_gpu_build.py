@@ -77,10 +77,36 @@ def test_other_methods_refuse_the_flag_by_name_without_apex() -> None:
 
     args = LlamaArgs(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=4, ffn_hidden_size=128,
                      kv_channels=16, vocab_size=96, max_position_embeddings=64)
-    kernels = Kernels(transformer_impl="transformer_engine", gradient_accumulation_fusion=True)
-    with pytest.raises(ValueError, match=r"--gradient-accumulation-fusion with this method needs apex's "
-                                         r"fused_weight_gradient_mlp_cuda"):
+    kernels = Kernels(gradient_accumulation_fusion=True)  # the local path: megatron-core's linears, apex's kernel
+    with pytest.raises(ValueError, match=r"--gradient-accumulation-fusion with this method on the local path needs "
+                                         r"apex's fused_weight_gradient_mlp_cuda"):
         build_model(args, Full(), kernels=kernels)
+
+
+def test_dense_te_linears_get_te_s_own_fusion() -> None:
+    """On --transformer-impl transformer_engine the dense methods' TE linears accumulate through TE
+    (build.py te_wgrad_fusion, as SCALE's do); modules without the attribute, or without weights of
+    their own (containers), are left alone. The GPU test checks megatron-core's TE modules themselves."""
+    import torch
+
+    from megatron_scale.model.build import te_wgrad_fusion
+
+    class TELike(torch.nn.Module):  # TE's modules read this attribute at each forward
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(2, 2))
+            self.fuse_wgrad_accumulation = False
+
+    class Container(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fuse_wgrad_accumulation = False
+            self.a, self.b, self.local = TELike(), TELike(), torch.nn.Linear(2, 2)
+
+    model = Container()
+    assert te_wgrad_fusion(model) == 2
+    assert model.a.fuse_wgrad_accumulation and model.b.fuse_wgrad_accumulation
+    assert model.fuse_wgrad_accumulation is False and not hasattr(model.local, "fuse_wgrad_accumulation")
 
 
 def test_the_te_body_runs_once_per_run_across_xdist_workers(tmp_path: Path) -> None:

@@ -39,3 +39,26 @@ def test_inactive_ranks_write_nothing(tmp_path, capsys) -> None:
     log.train_line(1, {})
     log.close()
     assert capsys.readouterr().out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_throughput_and_mfu_in_the_line_and_the_jsonl(tmp_path, capsys) -> None:
+    """Megatron-LM's 'throughput per GPU (TFLOP/s/GPU)' and the MFU, each with its causal twin
+    (training/throughput.py); absent where no FLOPs were counted, MFU only with --peak-tflops."""
+    from megatron_scale.training.throughput import StepFlops
+
+    rates = StepFlops(full=4e9, causal=3e9).rates(tokens=8192, seconds=0.5, gpus=2, peak_tflops=100.0)
+    assert rates == {"tflops_per_gpu": 4e9 * 8192 / 0.5 / 2 / 1e12, "mfu": 4e9 * 8192 / 0.5 / 2 / 1e12 / 100.0,
+                     "tflops_per_gpu_causal": 3e9 * 8192 / 0.5 / 2 / 1e12,
+                     "mfu_causal": 3e9 * 8192 / 0.5 / 2 / 1e12 / 100.0}
+    assert "mfu" not in StepFlops(full=4e9, causal=3e9).rates(tokens=8192, seconds=0.5, gpus=2, peak_tflops=None)
+    log = MetricsLog(active=True, jsonl=str(tmp_path / "m.jsonl"), tensorboard_dir=None, train_iters=2)
+    base = dict(consumed_samples=8, step_time=0.5, lr=1e-3, global_batch_size=8, lm_loss=2.0, grad_norm=0.5,
+                tokens_per_s=16384.0)
+    log.train_line(1, {**base, **rates})
+    log.train_line(2, base)
+    log.close()
+    first, second = capsys.readouterr().out.splitlines()
+    assert "| throughput per GPU (TFLOP/s/GPU): 32.8 (causal 24.6) | MFU: 0.328 (causal 0.246) |" in first, first
+    assert "TFLOP/s" not in second
+    rec = json.loads(open(tmp_path / "m.jsonl").readline())
+    assert rec["tflops_per_gpu"] == rates["tflops_per_gpu"] and rec["mfu_causal"] == rates["mfu_causal"]

@@ -33,7 +33,7 @@ import torch
 
 from megatron_scale import _mcore as mc
 from megatron_scale._mcore import ShardedTensor, ShardedTensorFactory
-from megatron_scale.model.weights.keys import W21, W22, w12_key
+from megatron_scale.model.weights.keys import W12, W21, W22, w12_key
 
 Parallel = Literal["column", "row"]
 
@@ -168,6 +168,34 @@ def expansion_sharded_state_dict(
                 lambda k, t, r, f: _shards(k, t, split, tp_rank, tp_size, replica_id, pre),
                 _merge,
                 replica_id,
+            )
+    return out
+
+
+def blocks_sharded_state_dict(
+    prefix: str,
+    blocks: dict[str, torch.Tensor | None],
+    split: BlockSplit,
+    tp_rank: int,
+    tp_size: int,
+    replica_id: tuple[int, ...],
+    prepend: tuple[tuple[int, int, int], ...] = (),
+) -> dict[str, ShardedTensor | ShardedTensorFactory]:
+    """Sharded entries for trainable blocks held as tensors of their own (`weight_21`,
+    `weight_22`, `weight_12`: te_fused.py), under the same checkpoint keys as
+    expansion_sharded_state_dict gives one `weight_up`, so either layout loads the other's."""
+    out: dict[str, ShardedTensor | ShardedTensorFactory] = {}
+    for name, tensor in blocks.items():
+        if tensor is None:
+            continue
+        key, pre = (w12_key(prefix, prepend), ()) if name == W12 else (prefix + name, prepend)
+        pieces = _shards(key, tensor, split, tp_rank, tp_size, replica_id, pre)
+        if len(pieces) == 1:
+            out[prefix + name] = pieces[0]
+        else:  # pieces are views: a factory keeps the parameter itself as the entry's data
+            out[prefix + name] = ShardedTensorFactory(
+                key, tensor, lambda k, t, r, f, pre=pre: _shards(k, t, split, tp_rank, tp_size, replica_id, pre),
+                _merge, replica_id,
             )
     return out
 

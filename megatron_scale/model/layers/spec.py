@@ -7,8 +7,9 @@ holds only this stage's layers, numbered globally for the Adapt choice.
 
 `ScaleBackend` names the four swappable parts: `LOCAL` (the fused local linears, every CPU run)
 is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py);
-`te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py) and TE's attention, with the
-same partition logic and checkpoint entries.
+`te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py; with linear="fused" te_fused.py:
+one TE node per upscaled linear, the split norms inside qkv and fc1, the MLP's SwiGLU on each half)
+and TE's attention, with the same partition logic and checkpoint entries.
 
 The base stream's backward (--scale-base-backward, ScaleDims.skip_base_backward): every SCALE
 module takes the keyword `skip_base_grad`, bound here like `split`; where it is on, core attention
@@ -38,6 +39,11 @@ class ScaleBackend:
     row_linear: type = ScaleRowParallelLinear
     norm: type = SplitRMSNorm
     core_attention: type = mc.DotProductAttention
+    mlp: type = mc.MLP
+    """The MLP module (megatron-core's; te_fused.py's ScaleTEMLP reads fc1's halves apart)."""
+    norm_in_linear: bool = False
+    """The split norms live inside linear_qkv / linear_fc1 (te_fused.py), as megatron-core's TE spec
+    fuses its norms into TELayerNormColumnParallelLinear: the layer's own norms are IdentityOp."""
     wgrad_fusion: bool = False
     """The linears accumulate weight gradients into main_grad themselves (TE's
     fuse_wgrad_accumulation), whatever TransformerConfig.gradient_accumulation_fusion says:
@@ -53,15 +59,29 @@ def local_backend(attention_backend: str = "local") -> ScaleBackend:
     return replace(LOCAL, core_attention=core_attention(attention_backend))
 
 
-def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False) -> ScaleBackend:
+TE_LINEARS = ("modules", "fused")
+"""--scale-te-linear: modules (te_linear.py: te.Linear modules per block) | fused (te_fused.py)."""
+
+
+def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False, linear: str = "modules") -> ScaleBackend:
     """--transformer-impl transformer_engine: TE GEMMs, TE attention (imports TE when called);
-    `wgrad_fusion`: --gradient-accumulation-fusion, done by TE alone (ScaleBackend.wgrad_fusion)."""
+    `wgrad_fusion`: --gradient-accumulation-fusion, done by TE alone (ScaleBackend.wgrad_fusion);
+    `linear`: --scale-te-linear (TE_LINEARS)."""
+    if linear not in TE_LINEARS:
+        raise ValueError(f"--scale-te-linear {linear!r}: choose one of {TE_LINEARS}")
+    attention = core_attention or mc.te_extensions().TEDotProductAttention
+    if linear == "fused":
+        from megatron_scale.model.layers import te_fused
+
+        return ScaleBackend(column_linear=te_fused.ScaleTENormColumnLinear, row_linear=te_fused.ScaleTERowParallelLinear,
+                            mlp=te_fused.ScaleTEMLP, norm_in_linear=True, core_attention=attention,
+                            wgrad_fusion=wgrad_fusion)
     from megatron_scale.model.layers.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
 
     return ScaleBackend(
         column_linear=ScaleTEColumnParallelLinear,
         row_linear=ScaleTERowParallelLinear,
-        core_attention=core_attention or mc.te_extensions().TEDotProductAttention,
+        core_attention=attention,
         wgrad_fusion=wgrad_fusion,
     )
 
@@ -111,7 +131,7 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
         ),
     )
     mlp = partial(
-        mc.MLP.as_mlp_submodule,
+        backend.mlp.as_mlp_submodule,
         submodules=mc.MLPSubmodules(
             linear_fc1=partial(backend.column_linear, split=s["fc1"], **kw),
             linear_fc2=partial(backend.row_linear, split=s["fc2"], **kw),
@@ -120,10 +140,10 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     return mc.ModuleSpec(
         module=mc.TransformerLayer,
         submodules=mc.TransformerLayerSubmodules(
-            input_layernorm=norm,
+            input_layernorm=mc.IdentityOp if backend.norm_in_linear else norm,
             self_attention=attention,
             self_attn_bda=mc.get_bias_dropout_add,
-            pre_mlp_layernorm=norm,
+            pre_mlp_layernorm=mc.IdentityOp if backend.norm_in_linear else norm,
             mlp=mlp,
             mlp_bda=mc.get_bias_dropout_add,
             # Same checkpoint keys as megatron-core's local and TE GPT specs.

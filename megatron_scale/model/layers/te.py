@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from megatron_scale._te_probe import te_status
@@ -60,6 +60,22 @@ def te_pytorch(flag: str = TE_FLAGS[0]) -> ModuleType | Any:
         return _override
     require_te(flag)
     return importlib.import_module("transformer_engine.pytorch")
+
+
+def te_functional(flag: str = TE_FLAGS[0]) -> Any:
+    """Transformer Engine's functional layer, as model/layers/te_fused.py calls it: general_gemm
+    (transformer_engine.pytorch.cpp_extensions), rmsnorm_fwd / rmsnorm_bwd / swiglu / dswiglu
+    (transformer_engine_torch), TE_DType (transformer_engine.pytorch.constants); or the stand-in's
+    `functional` (use_stand_in)."""
+    if _override is not None:
+        return _override.functional
+    require_te(flag)
+    importlib.import_module("transformer_engine.pytorch")  # loads the core library (after torch: docs/gpu.md)
+    gemm = importlib.import_module("transformer_engine.pytorch.cpp_extensions")
+    tex = importlib.import_module("transformer_engine_torch")
+    constants = importlib.import_module("transformer_engine.pytorch.constants")
+    return SimpleNamespace(general_gemm=gemm.general_gemm, rmsnorm_fwd=tex.rmsnorm_fwd, rmsnorm_bwd=tex.rmsnorm_bwd,
+                           swiglu=tex.swiglu, dswiglu=tex.dswiglu, TE_DType=constants.TE_DType)
 
 
 def use_stand_in(module: Any) -> None:

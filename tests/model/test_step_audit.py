@@ -1,0 +1,147 @@
+"""The step audit (megatron_scale/testing/step_audit.py) over one training step (forward and
+backward) of every method, on the CPU: no host sync inside any step (what whole-iteration CUDA
+graphs need), and the bytes each step moves without computing, Preserve against full fine-tuning.
+
+The shape keeps Llama-3.2-1B's proportions (head 32 = d/8, KV groups a quarter of the heads, FFN 4d)
+at d = 256, 2 layers, 64 tokens; attention is SDPA (the CUDA default; no s x s score copies).
+Copies scale with tokens x widths, so the ratios are those of the 1B shape up to the two layers'
+share of the embedding, the output layer and the final norm. Bytes are counted, never timed.
+
+What this finds (and holds):
+- te_linear.py's composition (--scale-te-linear modules, today's TE path) moves 4.3x full
+  fine-tuning's bytes: its sliced inputs made contiguous, the interleaved outputs concatenated and
+  the slices' zero-filled gradients (the H200 profile's +19 ms of copies). The audit fails it at
+  the budget te_fused.py meets.
+- te_fused.py's composition moves 1.97x full fine-tuning's: every byte of its own is listed
+  (`_fused_copies`): each norm splits the residual into its contiguous halves and joins their
+  gradients; qkv's and each row linear's outputs are joined into megatron-core's layouts (TE's GEMM
+  takes no leading dimension) and their gradients split back; proj copies its base heads. That is
+  the floor while megatron-core's attention and residual stream hold [x; x_up] as one tensor, so
+  the issue's 1.15x is not reached: `test_the_issue_target_1p15x` records the gap (strict xfail).
+- The local path (fused.py) moves 2.97x: its interleaved outputs copied into place, the split
+  norm's concatenation and its slices' zero-filled gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests._dist import run_ranks
+
+D, HEADS, GROUPS, FFN, SEQ, VOCAB, LAYERS = 256, 8, 2, 1024, 64, 512, 2
+BUDGET = 2.0
+"""te_fused Preserve's copy bytes over full fine-tuning's (the floor above: 1.97x)."""
+
+
+def _methods(args: Any) -> dict[str, Any]:
+    from megatron_scale.methods import Freeze, Full, Lora, Scale
+    from megatron_scale.methods.llama_pro import LlamaPro
+    from megatron_scale.model.layers.lora import LoraSettings
+    from megatron_scale.scale_config import ScaleConfig
+
+    def scale(variant: str, **kw: Any) -> Any:
+        return Scale.of(ScaleConfig(variant=variant, init="normal", **kw), args)
+
+    return {"full": Full(), "freeze": Freeze(layers=1), "llama-pro": LlamaPro(blocks=1),
+            "lora": Lora(settings=LoraSettings(rank=4)), "scale-preserve": scale("preserve"),
+            "scale-adapt": scale("adapt", adapt_modules=("qkv", "proj", "fc1", "fc2")), "scale-route": scale("route")}
+
+
+def _body(rank: int, world: int) -> dict[str, Any]:
+    import torch
+
+    from megatron_scale.distributed import init_distributed
+    from megatron_scale.model.args import LlamaArgs
+    from megatron_scale.model.build import Kernels, build_model, build_scale_gpt
+    from megatron_scale.model.inputs import causal_mask
+    from megatron_scale.model.layers import te
+    from megatron_scale.model.layers.sdpa import SDPAttention
+    from megatron_scale.model.layers.spec import te_backend
+    from megatron_scale.scale_config import ScaleConfig
+    from megatron_scale.testing.step_audit import audited
+    from tests.model import _te_standin
+
+    dev = init_distributed(1, 1, device="cpu", seed=1)
+    te.use_stand_in(_te_standin)
+    args = LlamaArgs(num_layers=LAYERS, hidden_size=D, num_attention_heads=HEADS, num_query_groups=GROUPS,
+                     ffn_hidden_size=FFN, kv_channels=D // HEADS, vocab_size=VOCAB, max_position_embeddings=SEQ)
+    kernels = Kernels(initialize=True, attention_backend="sdpa")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (1, SEQ + 1), generator=g).to(dev)
+    pos, mask = torch.arange(SEQ, device=dev)[None], causal_mask(SEQ, dev)
+
+    def step(model: Any) -> None:
+        model(ids[:, :-1], pos, mask, labels=ids[:, 1:]).float().mean().backward()
+
+    models = {name: build_model(args, m, kernels=kernels).to(dev) for name, m in _methods(args).items()}
+    for linear in ("modules", "fused"):
+        models[f"te_{linear}"] = build_scale_gpt(
+            args.transformer_config(initialize=True), ScaleConfig(variant="preserve", init="normal"), vocab_size=VOCAB,
+            max_sequence_length=SEQ, backend=te_backend(core_attention=SDPAttention, linear=linear),
+            position_embedding_type="rope").to(dev)
+    out: dict[str, Any] = {}
+    for name, model in models.items():
+        step(model)  # lazily built state (rotary caches, ...) outside the audited step
+        _, a = audited(step, model, sites=True)
+        out[name] = {"bytes": a.total_copy_bytes, "syncs": a.syncs, "sites": dict(a.copy_sites),
+                     "summary": a.summary()}
+    dims = models["te_fused"].scale_dims
+    out["dims"] = {"width": dims.hidden + dims.hidden_up, "qkv": dims.qkv_rows(False) + dims.qkv_rows(True),
+                   "heads": dims.heads * dims.head_dim}
+
+    with torch.no_grad():  # a sync the audit must see: .item() inside a step
+        _, a = audited(lambda: float(models["full"](ids[:, :-1], pos, mask).sum()))
+    out["item_seen"] = [op for op, _ in a.syncs]
+    return out
+
+
+@pytest.fixture(scope="module")
+def audit() -> dict[str, Any]:
+    return run_ranks(_body, 1)[0]
+
+
+def _fused_copies(dims: dict[str, int]) -> int:
+    """te_fused.py's own bytes per step (fp32, every layer, forward and backward), by construction."""
+    w, qkv, heads = dims["width"], dims["qkv"], dims["heads"]
+    per_token = (2 * w + qkv + heads + 2 * w) + (qkv + 2 * w + 2 * w)
+    #            norm splits, qkv join, proj's base heads, row joins | qkv split, norm joins, row splits
+    return per_token * SEQ * LAYERS * 4
+
+
+def test_no_method_syncs_the_host_inside_its_step(audit: dict[str, Any]) -> None:
+    for name, r in audit.items():
+        if name not in ("dims", "item_seen"):
+            assert r["syncs"] == [], (name, r["summary"])
+    assert "_local_scalar_dense" in audit["item_seen"]  # the audit does see one
+
+
+def test_te_fused_copies_are_its_listed_ones_and_within_budget(audit: dict[str, Any]) -> None:
+    fused, full = audit["te_fused"], audit["full"]
+    own = sum(v for k, v in fused["sites"].items() if "te_fused.py" in k or "_NormColumnBackward" in k
+              or "_RowBackward" in k or "_SwiGLUPairBackward" in k)
+    assert own == _fused_copies(audit["dims"]), fused["summary"]
+    assert fused["bytes"] <= BUDGET * full["bytes"], (fused["bytes"] / full["bytes"], fused["summary"])
+
+
+def test_the_audit_fails_te_linear_at_that_budget(audit: dict[str, Any]) -> None:
+    """Today's TE composition (two or three te.Linear per upscaled linear): the copies the H200
+    profile found, over twice the one-node composition's."""
+    modules, fused, full = audit["te_modules"], audit["te_fused"], audit["full"]
+    assert modules["bytes"] > BUDGET * full["bytes"] and modules["bytes"] > 2 * fused["bytes"], modules["summary"]
+    assert any("interleave_chunks" in k for k in modules["sites"]), modules["summary"]
+
+
+def test_the_local_path_copies_measured(audit: dict[str, Any]) -> None:
+    """fused.py (skip62's and the local path's files): 2.97x today; te_fused's way of joining only
+    what megatron-core's layouts need would bring it near te_fused's."""
+    local, full = audit["scale-preserve"], audit["full"]
+    assert 2.5 * full["bytes"] < local["bytes"] < 3.5 * full["bytes"], local["summary"]
+
+
+@pytest.mark.xfail(strict=True, reason="the residual stream [x; x_up] is one tensor in megatron-core's layer: "
+                   "the norms' splits and the layouts' joins stay (module docstring), 1.97x on TE, 2.97x local")
+def test_the_issue_target_1p15x(audit: dict[str, Any]) -> None:
+    full = audit["full"]["bytes"]
+    assert audit["te_fused"]["bytes"] <= 1.15 * full and audit["scale-preserve"]["bytes"] <= 1.15 * full
