@@ -114,8 +114,8 @@ def _check_scale(load: str) -> None:
 def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: torch.device) -> dict[str, dict[str, torch.Tensor]]:
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
-    from megatron_scale.route_eval.collect import collect
-    from megatron_scale.route_eval.windows import batches
+    from megatron_scale.evaluation.capture import collect
+    from megatron_scale.data.windows import batches
 
     model = load_model(s.load, Parallel(tp=s.tp), device).model.eval()
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics, s.alphas)
@@ -143,7 +143,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
     from megatron_scale.route_eval.report import plot, write_json
     from megatron_scale.data.tokenizer import token_bytes
     from megatron_scale.route_eval.units import pooled_records
-    from megatron_scale.route_eval.windows import windows
+    from megatron_scale.data.windows import windows
 
     s.check()
     _check_scale(s.load)
