@@ -28,7 +28,7 @@ import json
 import os
 import sys
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.reports.frontier import Run, best_lr_table
 from megatron_scale.reports.frontier_report import write
 from megatron_scale.reports.recipe_frontier import LEVELS, Axis, Spec, axes, extras, final_table, prior_runs, runs_of

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from megatron_scale.artifacts import SWEEP, SWEEP_PLOT
 from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.calibrate import check_share
 from megatron_scale.route_eval.units import POOLS, UNITS
@@ -183,7 +184,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
             results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
                                                            s.calibrate_with, cal["direction"], s.units[0])[0]
     Path(s.out).mkdir(parents=True, exist_ok=True)
-    write_json(os.path.join(s.out, "sweep.json"), results)
-    plot(results, os.path.join(s.out, "sweep.png"))
-    summary["json"], summary["plot"] = os.path.join(s.out, "sweep.json"), os.path.join(s.out, "sweep.png")
+    summary["json"], summary["plot"] = os.path.join(s.out, SWEEP.name), os.path.join(s.out, SWEEP_PLOT.name)
+    write_json(summary["json"], results)
+    plot(results, summary["plot"])
     return summary

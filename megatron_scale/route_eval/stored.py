@@ -26,7 +26,7 @@ def save(path: str | os.PathLike, records: Mapping[str, Mapping[str, torch.Tenso
     """Write the records (bool tensors as uint8) and `meta` to `path`, atomically."""
     from safetensors.torch import save as to_bytes
 
-    from megatron_scale.artifacts import atomic_write
+    from megatron_scale.durable import atomic_write
 
     flat = {f"{name}/{k}": (v.to(torch.uint8) if v.dtype == torch.bool else v).clone()  # no shared storage
             for name, rec in records.items() for k, v in rec.items()}
