@@ -1,46 +1,36 @@
-"""The files the recipe's steps pass on, each described once, and the one atomic write.
+"""The files the recipe's steps pass on, each described once: where it lives, who writes it, who
+reads it, what in it the readers rely on, and when it is current.
 
 A step of the recipe (megatron_scale/recipe/steps.py) writes files that a later step or a report
 reads, and a requeued or repeated job skips a step whose output is current. For each such file
-this module says where it lives (relative to $WORKDIR), who writes it, who reads it, what in it
-the readers rely on, and when it is current (`Artifact.current`): the writer, the recipe's "done?"
-and the reader meet here instead of each restating the file.
+this module says where it lives (relative to $WORKDIR: `Artifact.path`; its file name, for a writer
+given only the folder: `Artifact.name`), who writes it, who reads it, what in it the readers rely
+on, and when it is current (`Artifact.current`): the writer, the recipe's "done?" and the reader
+take the file from here instead of each spelling it.
 
     file (under $WORKDIR)             written by                              read by
     runs/<method>/latest_check...txt  the training's checkpoint save          the recipe
     runs/<method>/metrics.jsonl       the training (training/metrics.py)      reports/recipe.py, recipe_frontier.py
     runs/<router>/sweep/sweep.json    tools/route_sweep.py                    reports/route_sweep.py; the recipe
+    runs/<router>/sweep/sweep.png     tools/route_sweep.py                    reports/route_sweep.py (copied)
     report/eval/text_bytes.json       tools/text_bytes.py                     reports/recipe.py; the recipe
     report/eval/<model>.json          tools/eval_benchmarks.py                reports/benchmarks.py; the recipe
-    report/results.json               tools/scale_report.py                   the recipe; people
-    report/generations.json           tools/generate_samples.py               the recipe; people
+    report/results.json, report.md    tools/scale_report.py                   the recipe; people
+    report/generations.json, .md      tools/generate_samples.py               the recipe; people
     slurm/<part>.json                 recipe/array.py, as an ARRAY=1 job ends recipe/array.py (why one is missing)
     timings/<key>.json                recipe/progress.py, as a step ends      recipe/progress.py (time left)
 
-Each of these files (the tracker too, by the training's save), and every other JSON, Markdown
-and plot the package writes, is written with `atomic_write`: a reader sees the old file or the
-whole new one, never a part, and once it returns the file survives a crash of the machine. Not
-so: the appended logs, whose every line is a record (metrics.jsonl, slurm/submissions.jsonl), and
-what is built as a folder or a pair of files under a `.partial` name and renamed when complete
-(checkpoints, Hugging Face exports, indexed datasets): those are moved into place with
-`durable_replace` (their files and folders fsynced, the rename, the parent folder fsynced), and a
-recipe step's output is counted as done only with its completion record (recipe/records.py).
-
-What durability costs (tools/bench_atomic_write.py, the 2-core machine's disk, measured under
-load): a 1 KiB file 3.1 ms instead of 0.07 ms (the file's fsync 1.4 ms, the folder's 1.6 ms); a
-1 GiB file 0.75 to 0.85 s instead of 0.52 s, the time its data takes to reach the disk.
+Each is written with megatron_scale/durable.py's atomic_write (the tracker too, by the training's
+save). The outputs that are folders or sets of files (datasets, the converted base, upscaled
+checkpoints, exports) are done by their completion record instead (recipe/records.py).
 
 Standard library only: importable without site-packages (`python -S`), as the recipe's launcher is.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import io
 import json
 import os
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,137 +38,6 @@ from typing import Any
 
 MARKER = "latest_checkpointed_iteration.txt"
 """A training run's tracker file: its last saved iteration (Megatron-LM's name)."""
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace `path` by `data` (str: UTF-8), atomically and durably: the data goes to a temporary
-    file in the same folder, is flushed and fsynced, renamed over `path`, and the folder is fsynced
-    so that the rename itself survives a crash. The folder is made if missing; the file gets the
-    usual permissions (0666 less the umask), as open() would give it."""
-    target = os.fspath(path)
-    folder = os.path.dirname(target) or "."
-    os.makedirs(folder, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = f"{target}.{os.getpid()}-{secrets.token_hex(4)}.partial"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(folder)
-
-
-def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> None:
-    """A matplotlib figure written with `atomic_write`, in the format its file name says (.png)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **savefig)
-    atomic_write(path, buf.getvalue())
-
-
-def fsync_dir(folder: str | os.PathLike[str]) -> None:
-    """Make the entries of `folder` (a rename into it) durable. A file system that cannot fsync a
-    folder (EINVAL, ENOTSUP: some network and FUSE mounts) orders its metadata itself."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: str | os.PathLike[str]) -> None:
-    """Make one file's data durable (opened read-only: fsync needs no write access on Linux)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: str | os.PathLike[str], files: Callable[[str], bool] = lambda _name: True) -> None:
-    """Make a folder built in place durable: every file under `root` that `files(name)` accepts,
-    then every folder, deepest first (their entries), `root` last. Links are not followed."""
-    folders = []
-    for here, _dirs, names in os.walk(root):
-        folders.append(here)
-        for name in names:
-            path = os.path.join(here, name)
-            if files(name) and not os.path.islink(path):
-                fsync_file(path)
-    for folder in reversed(folders):
-        fsync_dir(folder)
-
-
-def durable_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, synced: bool = False) -> None:
-    """Move a finished output (a file, or a folder built under a `.partial` name) to `dst`, so
-    that after a crash of the machine `dst` is either absent or whole: its data and entries are
-    fsynced first (unless `synced`: the caller did, e.g. each rank its own shard files), then it
-    is renamed (os.replace: a file replaces a file, a folder an empty folder) and the folder
-    holding `dst` fsynced, so the rename itself is on disk when this returns."""
-    if not synced:
-        if os.path.isdir(src):
-            fsync_tree(src)
-        else:
-            fsync_file(src)
-    os.replace(src, dst)
-    fsync_dir(os.path.dirname(os.path.abspath(dst)))
-
-
-FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-"""The OS errors of a full disk, a full quota and a file-size limit."""
-
-
-def disk_full(error: BaseException, path: str | os.PathLike[str]) -> str | None:
-    """Why a write under `path` failed, in one line, when the disk is full; else None. The file
-    system of `path` (or of its nearest existing parent) left with under 1 MiB or 0.5 % free counts
-    as full, whatever the error says: torch's zip writer and safetensors report a full disk without
-    its errno. Failing that, an OSError of FULL_ERRNOS in the error or its causes (a quota, a
-    file-size limit) is named."""
-    here = Path(path)
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    try:
-        st = os.statvfs(here)
-        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-        if free < max(1 << 20, total // 200):
-            return f"{os.strerror(errno.ENOSPC)} ({free} bytes free on the file system of {path})"
-    except OSError:
-        pass
-    return os_error(error, FULL_ERRNOS)
-
-
-def os_error(error: BaseException, errnos: Sequence[int] | None = None) -> str | None:
-    """The first OSError with an errno (of `errnos`, if given) in `error`, its causes and contexts,
-    and the per-rank failures torch's CheckpointException holds, as one line: its strerror and
-    file name. None if there is none."""
-    seen, todo = set(), [error]
-    while todo:
-        x = todo.pop(0)
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, OSError) and x.errno is not None and (errnos is None or x.errno in errnos):
-            return os.strerror(x.errno) + (f" ({x.filename})" if x.filename else "")
-        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
-        todo += [f for f in getattr(x, "failures", {}).values() if isinstance(f, BaseException)]
-    return None
-
-
-def write_durably(path: str | os.PathLike[str], write: Callable[[Any], object]) -> None:
-    """Write a file in place through `write(binary file)` and fsync it before closing: for
-    what is built under a `.partial` name and moved into place with `durable_replace`."""
-    with open(path, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 # ---- "is it current?", one per file ----------------------------------------------------------------
@@ -274,6 +133,15 @@ class Artifact:
     def path(self, workdir: str | os.PathLike[str], **fields: str) -> Path:
         return Path(workdir) / self.where.format(**fields)
 
+    def folder(self, workdir: str | os.PathLike[str]) -> Path:
+        """The folder holding every file of this kind (for a `where` whose folder has no {fields})."""
+        return Path(workdir) / Path(self.where).parent
+
+    @property
+    def name(self) -> str:
+        """Its file name: what a writer given only the folder (a tool's --out) writes there."""
+        return Path(self.where).name
+
 
 TRACKER = Artifact(
     where=f"runs/{{method}}/{MARKER}", writer="the training's checkpoint save (Megatron-LM's marker)",
@@ -295,6 +163,10 @@ SWEEP = Artifact(
           '"heads", "statistics" with each one\'s "calibration"', current=_swept)
 """current(path, settings): its "settings" hold every item of `settings`."""
 
+SWEEP_PLOT = Artifact(
+    where="runs/{method}/sweep/sweep.png", writer="tools/route_sweep.py (route_eval/report.py plot), beside sweep.json",
+    readers="reports/route_sweep.py (route_section: copied into the report)", holds="the sweep's plot (PNG)")
+
 TEXT_BYTES = Artifact(
     where="report/eval/text_bytes.json", writer="tools/text_bytes.py",
     readers="reports/recipe.py (text_sizes: bits per byte); the recipe",
@@ -314,10 +186,18 @@ RESULTS = Artifact(
     current=_reported)
 """current(path, runs, failed, inputs): these runs and failures, newer than every input."""
 
+REPORT = Artifact(
+    where="report/report.md", writer="tools/scale_report.py (reports/recipe.py write_report), beside results.json",
+    readers="people; the recipe names it once the report is current", holds="the report's tables (Markdown)")
+
 GENERATIONS = Artifact(
     where="report/generations.json", writer="tools/generate_samples.py (reports/samples.py), beside generations.md",
     readers="the recipe; people", holds="{model: {lang: [{prompt, text}]}}, the models in order", current=_generated)
 """current(path, models): these models in this order, newer than each one's config.json."""
+
+GENERATIONS_MD = Artifact(
+    where="report/generations.md", writer="tools/generate_samples.py (reports/samples.py), beside generations.json",
+    readers="people; the recipe names it once the generations are current", holds="the continuations as tables")
 
 # the launcher's own bookkeeping, which no step skips by
 PART_RECORD = Artifact(where="slurm/{part}.json", writer="recipe/array.py record_exit, as an ARRAY=1 job ends",
@@ -325,7 +205,7 @@ PART_RECORD = Artifact(where="slurm/{part}.json", writer="recipe/array.py record
                        holds='"part", "state" (finished | failed | stopped), "exit_status", "step", "job", '
                              '"restart", "log", "log_tail"')
 TIMING = Artifact(where="timings/{key}.json", writer="recipe/progress.py Timings.ended, as a step that ran ends done",
-                  readers="recipe/progress.py (the estimate of the time left)", holds='"seconds", "work"')
+                  readers="recipe/progress.py (the estimate of the time left)", holds='"seconds", "work", "kind"')
 
-ARTIFACTS: tuple[Artifact, ...] = (TRACKER, METRICS, SWEEP, TEXT_BYTES, BENCHMARK, RESULTS, GENERATIONS, PART_RECORD,
-                                   TIMING)
+ARTIFACTS: tuple[Artifact, ...] = (TRACKER, METRICS, SWEEP, SWEEP_PLOT, TEXT_BYTES, BENCHMARK, RESULTS, REPORT,
+                                   GENERATIONS, GENERATIONS_MD, PART_RECORD, TIMING)

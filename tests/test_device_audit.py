@@ -8,8 +8,8 @@ Each check runs in a fresh subprocess (the backend patches torch process-wide):
   not demote the parameter, a module built on the host must be moved, collectives refuse host
   tensors on device groups and take them on gloo groups, a pickled tensor (torch.save, a
   checkpoint's common state) leaves its tag behind; MEGATRON_SCALE_DEVICE_AUDIT=0 turns it off;
-- the real training step with its one batch move undone (training/data.py `to_device` replaced by
-  the identity) fails on its first forward, naming training/data.py, while the step as shipped
+- the real training step with its one batch move undone (data/batches.py `to_device` replaced by
+  the identity) fails on its first forward, naming data/batches.py, while the step as shipped
   trains, evaluates and saves under the audit.
 """
 
@@ -113,13 +113,14 @@ STEP = """
 import json, os, sys
 from megatron_scale.testing.device_audit import DeviceAuditError
 from megatron_scale.distributed import destroy_distributed
-from megatron_scale.training import data, loop
+from megatron_scale.data import batches
+from megatron_scale.training import loop
 from megatron_scale.training.config import parse
 
 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
 config = parse(json.loads(sys.argv[1]))
 if sys.argv[2] == "undo-move":
-    data.to_device = lambda batch, device: batch
+    batches.to_device = lambda batch, device: batch
 run = loop.setup(config)
 try:
     loop.train_step(run)
@@ -142,4 +143,4 @@ def test_a_batch_left_on_the_host_fails_the_real_training_step(tmp_path: Path) -
     undone = _python(STEP.replace("sys.argv[1]", repr(json.dumps(argv))).replace("sys.argv[2]", "'undo-move'"))
     last = undone.stdout.strip().splitlines()[-1]
     assert last.startswith("AUDIT device audit:"), undone.stdout[-2000:] + undone.stderr[-3000:]
-    assert "training/data.py" in last and "host tensor" in last, last
+    assert "data/batches.py" in last and "host tensor" in last, last

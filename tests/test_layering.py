@@ -15,6 +15,10 @@
 - importing the package patches nothing (no import-time side effects on torch.cuda);
 - the test machinery (megatron_scale.testing) is reached from production code only through the
   one hook, megatron_scale/hooks.py, and lazily; nothing in the package or tools imports tests/;
+- the record analysis (route_eval/) and the reports (reports/) run no model: they reach none of the
+  methods, the launcher, training, the runners (evaluation/), the checkpoint wing or conversion;
+  only the training entry (train.py) and bio/ import training/; results/ scripts import nothing of
+  the package;
 - the recipe (recipe/) and the reports' tables import the standard library, each other and the
   package's standard-library floor only: tests/recipe/test_standard_library.py."""
 
@@ -338,6 +342,69 @@ def test_evaluation_does_not_import_training() -> None:
                  for m, deps in graph.items() if m.startswith("megatron_scale.evaluation")}
     assert any(m.startswith("megatron_scale.evaluation") for m in graph)
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every package module `start` imports, directly or through others (function-level imports
+    included)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+MODEL_RUNNERS = ("megatron_scale.methods", "megatron_scale.launch", "megatron_scale.training", "megatron_scale.train",
+                 "megatron_scale.evaluation", "megatron_scale.checkpoint", "megatron_scale.convert")
+"""What opens, trains or runs a model: the methods, the launcher, training, the runners beside
+evaluation, the checkpoint wing, conversion."""
+
+
+def test_the_analysis_and_the_reports_run_no_model() -> None:
+    """route_eval/ analyses stored records and reports/ reads finished runs' files: neither
+    reaches (directly or through any module it imports) the methods, the launcher, training, the
+    model runners (evaluation/: the route sweep, the route records), the checkpoint wing or
+    conversion. A room that needs a model pass stands beside evaluation instead, so that an
+    analysis never lifts the house by a floor (as route_eval/stored.py -> training.data once did)."""
+    graph = _module_graph()
+    rooms = ("megatron_scale.route_eval", "megatron_scale.reports")
+    checked = [m for m in graph if m.startswith(rooms)]
+    assert {m.split(".")[1] for m in checked} == {"route_eval", "reports"} and len(checked) > 15
+    offenders = {m: sorted(d for d in _reached(graph, m) if d.startswith(MODEL_RUNNERS)) for m in checked}
+    assert {m: d for m, d in offenders.items() if d} == {}
+    # the rule has teeth: the arrow that once lifted route_eval over training is caught
+    probe = {**graph, "megatron_scale.route_eval.stored": {"megatron_scale.data.batches", "megatron_scale.training.loop"}}
+    assert "megatron_scale.training.loop" in _reached(probe, "megatron_scale.reports.route_frontier")
+
+
+def test_only_the_training_entry_and_bio_import_training() -> None:
+    """training/ (the plan, the loop, its config) is imported by the entry (train.py) and the
+    biography benchmark (bio/, which runs the loop in-process) alone; the data pipeline it reads
+    lives in data/ (data/batches.py), where evaluation and the route records read it too."""
+    graph = _module_graph()
+    users = sorted(m for m, deps in graph.items() if not m.startswith("megatron_scale.training")
+                   and any(d.startswith("megatron_scale.training") for d in deps))
+    assert "megatron_scale.train" in users
+    assert [m for m in users if m != "megatron_scale.train" and not m.startswith("megatron_scale.bio.")] == []
+
+
+RESULTS_WAITING = {"2026-11-28-biography-frontier-v2/runs/gate_control.py"}
+"""results/ scripts still importing the package, each until the tool that replaces it lands
+(gate_control.py: tools/bio_routed_control.py, issue 61). Held exactly: one rewired must leave."""
+
+
+def test_results_import_nothing_of_the_package() -> None:
+    """A results folder's scripts record what was run: they call the tools' command lines (or
+    the tools became tested tools), so the package can change under them without an untested
+    caller (review 5, section 1)."""
+    results = PKG.parent / "results"
+    scripts = sorted(results.rglob("*.py"))
+    importers = {str(p.relative_to(results)) for p in scripts
+                 if any(n == "megatron_scale" or n.startswith("megatron_scale.") for n in _imports(p))}
+    assert results.is_dir() and importers == RESULTS_WAITING
 
 
 def test_nothing_edits_sys_path() -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What durability costs megatron_scale.artifacts.atomic_write: a small file and a checkpoint-sized
+"""What durability costs megatron_scale.durable.atomic_write: a small file and a checkpoint-sized
 one, each written three ways into the same folder, the median of --repeats writes:
 
     rename only      temporary file, os.replace (atomic, not durable: a crash may leave an empty file)
@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 

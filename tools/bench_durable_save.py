@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MASTER_PORT", "29763")
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 
-    from megatron_scale import artifacts
+    from megatron_scale import durable
     from megatron_scale.checkpoint import io
     from megatron_scale.distributed import init_distributed
     from megatron_scale.methods.full import Full
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for way, t in times.items():
         print(f"| {way} | {statistics.median(t):.3f} s | {min(t):.3f} s | {max(t):.3f} s |")
     extra = statistics.median(times["durable"]) - statistics.median(times["not durable"])
-    print(f"\ndurability adds {extra:+.3f} s to the median save ({artifacts.__name__}.durable_replace, fsync_tree)")
+    print(f"\ndurability adds {extra:+.3f} s to the median save ({durable.__name__}.durable_replace, fsync_tree)")
     return 0
 
 

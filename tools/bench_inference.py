@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.cli import name_value
 from megatron_scale.convert.inference_cost import Shape, run, table
 

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="tools/eval_benchmarks.py's output per model, base=FILE first")
     p.add_argument("--out", required=True, help="the Markdown file to write (its numbers go to OUT's .json)")
     a = p.parse_args(argv)
-    from megatron_scale.artifacts import atomic_write
+    from megatron_scale.durable import atomic_write
     from megatron_scale.reports.benchmarks import section
 
     def work() -> dict:

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tags", nargs="+", default=None, help="the gate variants (default: every +gate-... tag found)")
     p.add_argument("--out", default=None, help="folder for routed_control.json and routed_control.md")
     a = p.parse_args(argv)
-    from megatron_scale.artifacts import atomic_write
+    from megatron_scale.durable import atomic_write
     from megatron_scale.reports.bio_control import routed_control
 
     def work() -> dict:

@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.reports.frontier import PER_SET, RAW, RETENTIONS, Run, as_retention, best_lr_table
 from megatron_scale.reports.frontier_report import write
 from megatron_scale.reports.reach import reach, reach_table

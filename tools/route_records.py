@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Per-token route records of a SCALE checkpoint on several held-out sets, in one file: the input of
-every router sweep and control of that checkpoint (megatron_scale/route_eval/stored.py).
+every router sweep and control of that checkpoint (made by megatron_scale/evaluation/route_records.py,
+kept by megatron_scale/route_eval/stored.py).
 
     python tools/route_records.py --load runs/fr/runs/scale-preserve-seed1234/iter_0000016 \\
         --data en=data/en_eval_text_document ko=data/ko_eval_text_document \\
         --calibration en ko --seq-length 256 --samples 16 --out records/iter_0000016.safetensors
 
 Each --data set gives the --samples windows training evaluates on it (megatron-core's GPTDataset
-drawn with --eval-seed, training/data.py: with --samples = --eval-iters x --global-batch-size, the
+drawn with --eval-seed, data/batches.py: with --samples = --eval-iters x --global-batch-size, the
 very windows of the run's evaluations, so the records' z_a is the run's own evaluation); each
 --calibration set (one of --data) gives the next --samples windows of the same order too, as
 "cal/NAME": held out from the evaluated ones (a tau calibrated there is a deployable router). Any SCALE checkpoint works: a SCALE-Preserve checkpoint's records are
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale.checkpoint import latest_iteration_dir
     from megatron_scale.convert import ConversionError
+    from megatron_scale.evaluation.route_records import Windows, collect_sets
     from megatron_scale.route_eval import stored
 
     def work() -> dict:
@@ -66,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         if not load.is_dir():
             raise ValueError(f"--load: checkpoint directory {load} does not exist")
         load = latest_iteration_dir(load) or load
-        sets = {n: stored.Windows(p) for n, p in data.items()}
-        sets |= {f"cal/{n}": stored.Windows(data[n], a.samples) for n in a.calibration}
-        records = stored.collect_sets(str(load), sets, seq_length=a.seq_length, samples=a.samples,
-                                      batch_size=a.batch_size, alphas=a.alphas, seed=a.eval_seed)
+        sets = {n: Windows(p) for n, p in data.items()}
+        sets |= {f"cal/{n}": Windows(data[n], a.samples) for n in a.calibration}
+        records = collect_sets(str(load), sets, seq_length=a.seq_length, samples=a.samples,
+                               batch_size=a.batch_size, alphas=a.alphas, seed=a.eval_seed)
         meta = {"load": str(load), "sets": {n: {"prefix": w.prefix, "skip": w.skip} for n, w in sets.items()},
                 "seq_length": a.seq_length, "samples": a.samples, "eval_seed": a.eval_seed, "tokenizer": a.tokenizer,
                 "unit": "token"}

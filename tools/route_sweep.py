@@ -16,7 +16,7 @@ perplexity of both sets at every tau of a grid, z_p alone and z_a alone, the ROC
 as an old-vs-new token classifier, and the calibrated tau when asked. Each statistic is read in a
 direction: "above" keeps z_p where it is >= tau (the paper's), "below" where it is <= tau; the
 calibration picks the one sending more new-domain tokens to z_a (--direction imposes one).
-Writes OUT/sweep.json and OUT/sweep.png; prints a JSON summary. All the work is in megatron_scale.route_eval.runner.
+Writes OUT/sweep.json and OUT/sweep.png; prints a JSON summary. All the work is in megatron_scale.evaluation.route_sweep.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_of(a: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The parsed flags as the runner's SweepSettings (what sweep.json records under "settings")."""
-    from megatron_scale.route_eval.runner import SweepSettings
+    from megatron_scale.evaluation.route_sweep import SweepSettings
 
     return SweepSettings(
         load=a.load, old=a.old_data, new=a.new_data, out=a.out, seq_length=a.seq_length, samples=a.samples,
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale.checkpoint import CheckpointError
     from megatron_scale.route_eval.calibrate import CalibrationError
-    from megatron_scale.route_eval.runner import run_sweep
+    from megatron_scale.evaluation.route_sweep import run_sweep
 
     settings = settings_of(a)
 

@@ -16,7 +16,7 @@ import json
 import sys
 import warnings
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.cli import name_value, run_tool
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from megatron_scale import _mcore as mc
-from megatron_scale.artifacts import durable_replace
+from megatron_scale.durable import durable_replace
 from megatron_scale.bio.texts import QA
 from megatron_scale.data.tokenizer import Tokenizer, TokenizerSpec, train_byte_bpe
 

@@ -20,7 +20,7 @@ from megatron_scale.model.inputs import causal_mask, position_ids
 from megatron_scale.route_stats.mixing import mixing_records
 from megatron_scale.route_stats.token_records import token_records
 from megatron_scale.route_stats.statistics import STATISTICS
-from megatron_scale.route_eval.collect import capturing
+from megatron_scale.evaluation.capture import capturing
 from megatron_scale.route_eval.curves import metric_at
 
 

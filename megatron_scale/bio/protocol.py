@@ -32,7 +32,7 @@ from megatron_scale.bio.people import generate_people
 from megatron_scale.bio.variant import GATE, gate_of, variant_tag
 from megatron_scale.bio.texts import all_qa, biographies
 from megatron_scale import method_catalog as catalog
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
 from megatron_scale.methods import NAMES
 from megatron_scale.methods.scale import ScaleSettings

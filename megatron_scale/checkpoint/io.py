@@ -14,7 +14,7 @@ from it.
 Training adds its own sharded entries (optimizer, RNG, iteration) through `extra`, a function of
 the model's sharded state dict, since the optimizer's entries are built from it.
 Saving writes into `<dir>.partial` and renames it when every rank has finished and fsynced its
-files (artifacts.durable_replace), so neither a kill nor a crash of the machine mid-save leaves a
+files (durable.durable_replace), so neither a kill nor a crash of the machine mid-save leaves a
 directory that looks complete. Checkpoints whose common state is a
 pickled common.pt (megatron-core's legacy layout) are refused rather than unpickled.
 A training run keeps its checkpoints as `<save>/iter_NNNNNNN/` and names the newest in
@@ -35,7 +35,7 @@ from torch import nn
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree, os_error
+from megatron_scale.durable import disk_full, durable_replace, fsync_tree, os_error
 from megatron_scale.checkpoint.digest import frozen_base_digest
 from megatron_scale.checkpoint.layout import SavedLayout
 from megatron_scale.checkpoint.records import (
@@ -80,7 +80,7 @@ def _barrier() -> None:
 
 def _why(e: BaseException, partial: Path) -> str:
     """The OS error under a failed save (torch's CheckpointException holds each rank's), in one
-    line: a full disk as artifacts.disk_full names it, else the first OSError with an errno."""
+    line: a full disk as durable.disk_full names it, else the first OSError with an errno."""
     why = disk_full(e, partial) or os_error(e)
     if why is not None:
         return why

@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from megatron_scale.artifacts import disk_full, durable_replace, fsync_tree
+from megatron_scale.durable import disk_full, durable_replace, fsync_tree
 from megatron_scale.convert.hf_config import ConversionError
 
 INDEX = "model.safetensors.index.json"

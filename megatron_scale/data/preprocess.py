@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from megatron_scale.artifacts import durable_replace
+from megatron_scale.durable import durable_replace
 from megatron_scale.data.files import Record, expand_inputs, read_documents
 from megatron_scale.data.work import BAD_INPUT, DUPLICATE, Doc, Settings, Skip, Worker, init_worker, work_chunk
 
@@ -91,7 +91,7 @@ class _Output:
     def commit(self) -> None:
         self.builder.finalize(self.idx + ".partial")
         # the .idx goes first and comes back last: a reader (and the recipe's record) never meets
-        # a new .idx beside an old .bin; each move is durable (artifacts.durable_replace)
+        # a new .idx beside an old .bin; each move is durable (durable.durable_replace)
         if os.path.exists(self.idx):
             os.remove(self.idx)
         durable_replace(self.bin + ".partial", self.bin)

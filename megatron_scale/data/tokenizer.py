@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 
 if TYPE_CHECKING:
     import torch

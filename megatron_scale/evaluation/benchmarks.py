@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.evaluation.loglik import Logits, continuation_logprobs, encode_pair
 from megatron_scale.evaluation.scoring import chance, item_scores, macro_f1, mean_stderr
 from megatron_scale.evaluation.tasks import TASKS, Item, load_task, subset

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 
 PAPER_TASKS = ("arc_easy", "arc_challenge", "hellaswag", "mmlu", "truthfulqa_mc2", "winogrande", "kobest")
 

@@ -181,7 +181,7 @@ def splice_run(run_dir: str | os.PathLike, base: str | os.PathLike, tokenizer: s
     """The splice of every saved checkpoint of `run_dir` (a training run's --save folder, holding its
     metrics.jsonl) with `base` (the checkpoint it started from), written as OUT/runs/<run>/metrics.jsonl;
     returns a summary. `score` is checkpoint_sides (a seam for tests)."""
-    from megatron_scale.artifacts import atomic_write
+    from megatron_scale.durable import atomic_write
     from megatron_scale.data.tokenizer import token_bytes
     from megatron_scale.reports.recipe import evaluations
     from megatron_scale.route_eval.stored import eval_windows

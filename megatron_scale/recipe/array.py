@@ -28,7 +28,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.artifacts import PART_RECORD
+from megatron_scale.durable import atomic_write
 from megatron_scale.recipe.settings import Settings, SettingsError
 
 PARTS = ("prepare", "methods", "report")
@@ -132,16 +133,16 @@ def record_exit(s: Settings, part: str, step: str, rc: int, finished: bool, env:
     record = {"part": part, "state": state, "exit_status": rc, "step": step, "job": name or "(no Slurm job)",
               "restart": int(env.get("SLURM_RESTART_COUNT") or 0), "log": log, "log_tail": _tail(log),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write(s.workdir / "slurm" / f"{part}.json", json.dumps(record, indent=1) + "\n")
+    atomic_write(PART_RECORD.path(s.workdir, part=part), json.dumps(record, indent=1) + "\n")
 
 
 def why_missing(s: Settings, method: str) -> str:
     """One line: why `method`'s run is not finished, from its task's record."""
     try:
-        r = json.loads((s.workdir / "slurm" / f"{method}.json").read_text())
+        r = json.loads(PART_RECORD.path(s.workdir, part=method).read_text())
     except (OSError, ValueError):
         try:
-            prep = json.loads((s.workdir / "slurm" / "prepare.json").read_text())
+            prep = json.loads(PART_RECORD.path(s.workdir, part="prepare").read_text())
         except (OSError, ValueError):
             prep = {}
         if prep.get("state") == "failed":

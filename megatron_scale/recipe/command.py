@@ -46,6 +46,20 @@ class Command:
     compared: it follows from `args`."""
 
 
+@dataclass(frozen=True)
+class Key:
+    """What an action writes, typed: its kind ("train", "data", "report", ...) and what of (a
+    method, a dataset; "" when the kind is the whole of it). Its text, "KIND" or "KIND-OF", names
+    the action's lock, completion record and timing ($WORKDIR/locks/train-full.lock): decided
+    here, never parsed back."""
+
+    kind: str
+    of: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}-{self.of}" if self.of else self.kind
+
+
 @dataclass(kw_only=True, frozen=True)
 class Action:
     """One thing a step does; `resolve()` decides, when called, whether it is already done."""
@@ -56,8 +70,8 @@ class Action:
     """The step's title, printed before its first action."""
     resolve: Callable[[], Command | str]
     """A Command to run, or a message saying why nothing needs running."""
-    key: str
-    """What it writes, as a lock name ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
+    key: Key
+    """What it writes; its lock ($WORKDIR/locks/KEY.lock): one job at a time decides and runs it."""
     home: Path | None = None
     """Where its lock and completion record live when not in $WORKDIR (HOME/locks, HOME/records):
     a DATA_DIR outside $WORKDIR for the data step, the folder holding an HF_MODEL outside it for

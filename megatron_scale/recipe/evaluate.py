@@ -91,7 +91,7 @@ def report(r: Layout) -> Command | str:
         raise SettingsError("no method finished its run: " + "; ".join(failed[1::2]))
     metrics = {m: artifacts.METRICS.path(s.workdir, method=run_name(m, s.seed)) for m in done}
     if s.from_scratch:
-        base = ["--base", str(r.base_run / "metrics.jsonl")]
+        base = ["--base", str(r.base_run / artifacts.METRICS.name)]
     else:
         base = ["--base", str(metrics[done[0]]), "--base-iteration", "0"]
     runs = [a for m in done for a in ("--run", f"{m}={metrics[m]}")] + failed
@@ -103,7 +103,7 @@ def report(r: Layout) -> Command | str:
     inputs = [Path(base[1]), *metrics.values(), *map(Path, sweep[1:]), sizes, *bench.values()]
     results = artifacts.RESULTS.path(s.workdir)
     if artifacts.RESULTS.current(results, done, dict(f.split("=", 1) for f in failed[1::2]), inputs):
-        return f"report up to date: {results.with_name('report.md')}"
+        return f"report up to date: {artifacts.REPORT.path(s.workdir)}"
     return single("tools/scale_report.py", *base, *runs, "--text-bytes", sizes,
                   *(a for m, p in bench.items() for a in ("--benchmarks", f"{m}={p}")), *old,
                   "--output", results.parent, *sweep)
@@ -114,15 +114,15 @@ def samples(r: Layout) -> Command | str:
     Skipped when generations.json holds these models and is newer than each one's config.json."""
     s = r.s
     folders = ({} if s.from_scratch else {"base": Path(s.hf_model)}) | {
-        m: s.workdir / "hf" / m for m in r.finished()}
+        m: r.hf(m) for m in r.finished()}
     out = artifacts.GENERATIONS.path(s.workdir)
     if artifacts.GENERATIONS.current(out, folders):
-        return f"generations written: {out.with_suffix('.md')}"
+        return f"generations written: {artifacts.GENERATIONS_MD.path(s.workdir)}"
     return single("tools/generate_samples.py", *(a for n, f in folders.items() for a in ("--model", f"{n}={f}")),
                   "--output", out.parent)
 
 
 def lm_eval(r: Layout, method: str) -> Command:
     s = r.s
-    return single("tools/lm_eval_hf.py", "--model", s.workdir / "hf" / method, "--tasks", s.lm_eval_tasks,
+    return single("tools/lm_eval_hf.py", "--model", r.hf(method), "--tasks", s.lm_eval_tasks,
                   "--output", s.workdir / "report" / f"lm_eval_{method}.json", *s.lm_eval_flags)

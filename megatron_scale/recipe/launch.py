@@ -37,7 +37,7 @@ from typing import Any
 
 from megatron_scale.recipe import records
 from megatron_scale.recipe.array import part_of, record_exit, submit
-from megatron_scale.recipe.command import Action, Command, Launch
+from megatron_scale.recipe.command import Action, Command, Key, Launch
 from megatron_scale.recipe.lock import Locks, holder_of
 from megatron_scale.recipe.progress import Timings, duration, estimate, job_start, where
 from megatron_scale.recipe.settings import Settings, SettingsError
@@ -92,15 +92,15 @@ class Launcher:
             say(f"\n==> [{time.strftime('%H:%M:%S')}] step {action.step}: {action.title}\n    {progress}")
         waited = False
         locks = self._locks(action)
-        while (holder := locks.acquire(action.key)) is not None:
+        while (holder := locks.acquire(str(action.key))) is not None:
             if not waited:
-                say(f"waiting: {holder} is doing this ({locks.path(action.key)}); looking again every "
+                say(f"waiting: {holder} is doing this ({locks.path(str(action.key))}); looking again every "
                     f"{self.s.lock_poll} s (delete that file only if its job is gone)")
             waited = True
             self._pause(self.s.lock_poll)
         got = action.resolve()
         if isinstance(got, str):
-            locks.release(action.key)
+            locks.release(str(action.key))
             say(f"skipped, done before: {got}")
             return None
         if got.note:
@@ -165,12 +165,12 @@ class Launcher:
                 if command is None:
                     continue
                 if command.outputs:  # what a stopped run left (the tools refuse to overwrite it)
-                    records.clear(self.s.workdir, self.todo[k - 1].key, command.outputs, self.todo[k - 1].home)
+                    records.clear(self.s.workdir, str(self.todo[k - 1].key), command.outputs, self.todo[k - 1].home)
                 rc = self._launch(command)
                 if rc != 0:
                     raise Stop(rc)
                 if command.outputs:  # written last: the outputs are whole (recipe/records.py)
-                    records.write(self.s.workdir, self.todo[k - 1].key, command.args, command.outputs,
+                    records.write(self.s.workdir, str(self.todo[k - 1].key), command.args, command.outputs,
                                   self.todo[k - 1].home)
                 if command.kind == "train" and not self.check(k):
                     self.requeue = True  # pre-emption's notice (or a user's TERM) reached the tasks, not the launcher
@@ -302,7 +302,7 @@ class Launcher:
         self.timings.ended(action.key, done)
 
 
-def _work_left(todo: list[Action]) -> dict[str, int]:
+def _work_left(todo: list[Action]) -> dict[Key, int]:
     """The actions not done yet, each with its work (a training's iterations left, else 1). An
     action that cannot decide yet (its inputs are not made) is to do."""
     left = {}

@@ -14,9 +14,14 @@ from pathlib import Path
 
 from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
+from megatron_scale.recipe.command import Key
 from megatron_scale.recipe.settings import Settings
 
 
+BASE = Key("base")
+"""The base every method starts from: the tiny base's pre-training, or the converted HF model."""
+DEMO_MODEL = Key("demo-model")
+"""DEMO_MODEL=1's Hugging Face folder."""
 EVAL_SEED = 1234  # training's default --seed: a run with SEED evaluates the windows an unseeded run does
 
 
@@ -65,12 +70,12 @@ class Layout:
         """`folder` when it lies outside $WORKDIR (jobs of other WORKDIRs may share what it holds)."""
         return None if folder.resolve().is_relative_to(self.s.workdir.resolve()) else folder
 
-    def home(self, key: str) -> Path | None:
-        """Where action `key`'s lock and completion record live: the data step's ("data",
-        "data-*") in data_home, the demo model's in model_home, None ($WORKDIR) for the rest."""
-        if key == "data" or key.startswith("data-"):
+    def home(self, key: Key) -> Path | None:
+        """Where action `key`'s lock and completion record live: the data step's (kind "data") in
+        data_home, the demo model's in model_home, None ($WORKDIR) for the rest."""
+        if key.kind == "data":
             return self.data_home
-        return self.model_home if key == "demo-model" else None
+        return self.model_home if key == DEMO_MODEL else None
 
     def run_dir(self, method: str) -> Path:
         """A method's continued run ($WORKDIR/runs/METHOD, or METHOD-seedSEED with SEED)."""
@@ -115,6 +120,10 @@ class Layout:
         """The routing method's checkpoint with the sweep's calibrated router as its default
         (tools/route_sweep.py --save)."""
         return self.sweep().parent / "calibrated"
+
+    def hf(self, method: str) -> Path:
+        """A method's Hugging Face export ($WORKDIR/hf/METHOD), which lm-eval and the generations read."""
+        return self.s.workdir / "hf" / method
 
     def final(self, method: str) -> Path:
         """The checkpoint a method's benchmarks and export read: its run's last, or for the

@@ -3,8 +3,8 @@
 Every action the launcher runs (not one it skips) is timed: `started()` notes its start in
 $WORKDIR/timings/KEY.start with the work it has to do (a training: its iterations left; anything
 else: 1), and `ended()`, when the launcher asks for the next action or exits, turns that into
-$WORKDIR/timings/KEY.json (seconds, work) if the action is now done, and drops it otherwise (a
-stopped step's time says nothing about a whole one). What is left is then each action still to
+$WORKDIR/timings/KEY.json (seconds, work, and the action's kind) if the action is now done, and
+drops it otherwise (a stopped step's time says nothing about a whole one). What is left is then each action still to
 do, costed by the actions of its kind already timed in this WORKDIR (trainings per iteration,
 each method's separately when it has been timed, else all trainings together), else by
 STEP_SECONDS, the config's own measurements on a reference machine (the demo configs carry the
@@ -22,38 +22,32 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron_scale.artifacts import atomic_write
-
-# action keys are "<kind>" or "<kind>-<method>" (steps.actions); the kinds with a method part
-_PER_METHOD = ("upscale", "train", "benchmark", "export", "lm-eval")
-
-
-def kind_of(key: str) -> str:
-    """The kind of an action from its lock key: train-scale-preserve -> train, data-ko_train -> data."""
-    for kind in _PER_METHOD:
-        if key.startswith(kind + "-"):
-            return kind
-    return "data" if key.startswith("data") else key
+from megatron_scale.artifacts import TIMING
+from megatron_scale.durable import atomic_write
+from megatron_scale.recipe.command import Key
 
 
 @dataclass(frozen=True)
 class Timed:
-    """One timed action: its seconds and the work it did (iterations for a training, else 1)."""
+    """One timed action: its seconds, the work it did (iterations for a training, else 1), and its
+    kind (Key.kind; None in a file written before timings recorded it: then it costs only itself)."""
 
     seconds: float
     work: int
+    kind: str | None = None
 
 
 class Timings:
     """The timed actions of one WORKDIR ($WORKDIR/timings)."""
 
     def __init__(self, workdir: Path, now: Callable[[], float] = time.time) -> None:
-        self.dir, self.now = Path(workdir) / "timings", now
+        self.workdir, self.now = Path(workdir), now
+        self.dir = TIMING.folder(workdir)
 
-    def started(self, key: str, work: int) -> None:
+    def started(self, key: Key, work: int) -> None:
         _write_json(self.dir / f"{key}.start", {"t": self.now(), "work": work})
 
-    def ended(self, key: str, done: bool) -> None:
+    def ended(self, key: Key, done: bool) -> None:
         """The action `key` ended: keep its time if it finished (`done`), forget its start either way."""
         start = self.dir / f"{key}.start"
         try:
@@ -62,34 +56,38 @@ class Timings:
         except (OSError, ValueError, KeyError, TypeError):
             return
         if done and work > 0:
-            _write_json(self.dir / f"{key}.json", {"seconds": round(self.now() - t0, 1), "work": work})
+            _write_json(TIMING.path(self.workdir, key=str(key)),
+                        {"seconds": round(self.now() - t0, 1), "work": work, "kind": key.kind})
         start.unlink(missing_ok=True)
 
     def read(self) -> dict[str, Timed]:
+        """The timed actions, by key (its text: the file's name)."""
         out: dict[str, Timed] = {}
         for p in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
             try:
                 got = json.loads(p.read_text())
-                out[p.stem] = Timed(float(got["seconds"]), int(got["work"]))
-            except (OSError, ValueError, KeyError, TypeError):
+                kind = got.get("kind")
+                out[p.stem] = Timed(float(got["seconds"]), int(got["work"]), kind if isinstance(kind, str) else None)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
         return out
 
 
-def estimate(left: Mapping[str, int], timed: Mapping[str, Timed], hints: Mapping[str, float]) -> tuple[float, int]:
+def estimate(left: Mapping[Key, int], timed: Mapping[str, Timed], hints: Mapping[str, float]) -> tuple[float, int]:
     """Seconds for the actions in `left` (key -> work: iterations for a training, else 1), and how
     many of them nothing could cost. An action is costed by its own key's rate when it was timed
     (a resumed training), else its kind's over every timed action of that kind, else the hint."""
     by_kind: dict[str, list[Timed]] = {}
-    for key, t in timed.items():
-        by_kind.setdefault(kind_of(key), []).append(t)
+    for t in timed.values():
+        if t.kind is not None:
+            by_kind.setdefault(t.kind, []).append(t)
     seconds, unknown = 0.0, 0
     for key, work in left.items():
-        same = [timed[key]] if key in timed else by_kind.get(kind_of(key), [])
+        same = [timed[str(key)]] if str(key) in timed else by_kind.get(key.kind, [])
         if same:
             seconds += work * sum(t.seconds for t in same) / sum(t.work for t in same)
-        elif kind_of(key) in hints:
-            seconds += work * hints[kind_of(key)]
+        elif key.kind in hints:
+            seconds += work * hints[key.kind]
         else:
             unknown += 1
     return seconds, unknown

@@ -4,7 +4,7 @@ it, last, says so and still matches it.
 A step whose output is a folder or a set of files (the demo model and corpora, a dataset, the
 converted base, an upscaled checkpoint, a Hugging Face export) gives its Command the `outputs` it
 makes. After that command exits 0 the launcher writes `$WORKDIR/records/<key>.json` (atomically
-and durably: artifacts.atomic_write): every file of every output with its size, the sha256 of
+and durably: durable.atomic_write): every file of every output with its size, the sha256 of
 each file up to 1 MiB (configs, tokenizers, indices, checkpoint metadata), and the settings that
 made them: the command's arguments, $WORKDIR written as `$WORKDIR` so a moved work folder still
 matches. The datasets of a DATA_DIR outside $WORKDIR are recorded in `$DATA_DIR/records/` instead
@@ -39,7 +39,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.recipe.settings import SettingsError
 
 SMALL = 1 << 20

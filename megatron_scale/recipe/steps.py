@@ -32,22 +32,22 @@ from pathlib import Path
 from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
 from megatron_scale.recipe import evaluate, records
-from megatron_scale.recipe.command import Action, Command, single
-from megatron_scale.recipe.layout import EVAL_SEED, Layout, last_ckpt
+from megatron_scale.recipe.command import Action, Command, Key, single
+from megatron_scale.recipe.layout import BASE, DEMO_MODEL, EVAL_SEED, Layout, last_ckpt
 from megatron_scale.recipe.settings import Settings, SettingsError, demo_raw
 
-__all__ = ["Action", "Command", "actions"]
+__all__ = ["Action", "Command", "Key", "actions"]
 
 Resolve = Callable[[], Command | str]
 
 
-def recorded(r: Layout, key: str, command: Command, done: str, *outputs: object) -> Command | str:
+def recorded(r: Layout, key: Key, command: Command, done: str, *outputs: object) -> Command | str:
     """`done` when the outputs' completion record (recipe/records.py; in Layout.home(key)/records
     when not $WORKDIR's) says they are whole and made with `command`'s settings; else `command`, to
     make them, saying why in one line when something was there. A record made with other settings
     is refused (SettingsError)."""
     command = replace(command, outputs=tuple(map(str, outputs)))
-    ok, why = records.check(r.s.workdir, key, command.args, command.outputs, r.home(key))
+    ok, why = records.check(r.s.workdir, str(key), command.args, command.outputs, r.home(key))
     if ok:
         return done
     return replace(command, note=why) if why else command
@@ -57,19 +57,19 @@ def _pair(prefix: Path) -> tuple[str, str]:
     return f"{prefix}.bin", f"{prefix}.idx"
 
 
-def data(r: Layout) -> list[tuple[str, Resolve]]:
+def data(r: Layout) -> list[tuple[Key, Resolve]]:
     """(lock key, resolve) of each dataset."""
     s = r.s
     if s.from_scratch:
         def demo() -> Command | str:
             made = (r.en_train, r.ko_train, r.ko_eval, r.en_eval, *r.extra.values())
-            return recorded(r, "data", single("tools/prepare_demo_data.py", "--output-dir", s.data_dir),
+            return recorded(r, Key("data"), single("tools/prepare_demo_data.py", "--output-dir", s.data_dir),
                             f"demo corpora ready in {s.data_dir}", r.tokenizer, *(f for p in made for f in _pair(p)))
-        return [("data", demo)]
+        return [(Key("data"), demo)]
     sources = ((r.ko_train, s.ko_train_input), (r.ko_eval, s.ko_eval_input), (r.en_eval, s.en_eval_input),
                *((r.extra[name], raw) for name, raw in r.extra_raw.items()))
-    first = [("data-demo-raw", lambda: demo_corpora(r))] if s.demo_corpora else []
-    return [*first, *((f"data-{Path(prefix).name}", _preprocess(r, prefix, raw)) for prefix, raw in sources)]
+    first = [(Key("data", "demo-raw"), lambda: demo_corpora(r))] if s.demo_corpora else []
+    return [*first, *((Key("data", Path(prefix).name), _preprocess(r, prefix, raw)) for prefix, raw in sources)]
 
 
 def demo_corpora(r: Layout) -> Command | str:
@@ -79,7 +79,7 @@ def demo_corpora(r: Layout) -> Command | str:
     out = demo_raw(r.s.data_dir)
     names = ("ko_train", "ko_valid", "en_valid", "en_modern_valid", "en_passages_valid", "ko_rnd_train",
              "ko_rnd_valid")
-    return recorded(r, "data-demo-raw", single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger"),
+    return recorded(r, Key("data", "demo-raw"), single("tools/prepare_demo_data.py", "--output-dir", out, "--raw-only", "--larger"),
                     f"demo corpora (raw JSONL) ready in {out}", *(out / f"{n}.jsonl" for n in names))
 
 
@@ -87,7 +87,7 @@ def demo_model(r: Layout) -> Command | str:
     """DEMO_MODEL=1: SmolLM2-135M-Instruct as a Hugging Face folder at HF_MODEL (the tool checks
     it against transformers' GGUF load and writes the folder only when complete)."""
     folder = Path(r.s.hf_model)
-    return recorded(r, "demo-model", single("tools/prepare_demo_model.py", "--output-dir", folder),
+    return recorded(r, DEMO_MODEL, single("tools/prepare_demo_model.py", "--output-dir", folder),
                     f"demo model ready: {folder}", folder)
 
 
@@ -101,7 +101,7 @@ def _preprocess(r: Layout, prefix: Path, raw: str) -> Resolve:
             raise SettingsError(f"dataset {prefix} is missing and no raw input is set "
                                 "(KO_TRAIN_INPUT / KO_EVAL_INPUT / EN_EVAL_INPUT)")
         out = str(prefix).removesuffix("_text_document")
-        return recorded(r, f"data-{Path(prefix).name}", single(
+        return recorded(r, Key("data", Path(prefix).name), single(
             "tools/preprocess_data.py", "--input", raw, "--output-prefix", out, "--tokenizer-type",
             "HuggingFaceTokenizer", "--tokenizer-model", r.tokenizer, *r.s.preprocess_flags),
             f"dataset {prefix} ready", *_pair(prefix))
@@ -120,7 +120,7 @@ def pretrain_base(r: Layout) -> Command | str:
 
 def convert_base(r: Layout) -> Command | str:
     s = r.s
-    return recorded(r, "base", single(
+    return recorded(r, BASE, single(
         "tools/convert_hf_to_megatron.py", "--load", s.hf_model, "--save", r.converted,
         "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp, "--no-progress"),
         f"converted: {r.converted}", r.converted)
@@ -128,7 +128,7 @@ def convert_base(r: Layout) -> Command | str:
 
 def upscale(r: Layout, method: str) -> Command | str:
     s, init = r.s, r.init(method)
-    return recorded(r, f"upscale-{method}", single(
+    return recorded(r, Key("upscale", method), single(
         "tools/upscale_checkpoint.py", "--load", r.base(), "--save", init,
         "--scale-variant", catalog.method(method).variant, *s.scale_flags,
         "--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp), f"upscaled: {init}", init)
@@ -148,8 +148,8 @@ def train(r: Layout, method: str) -> Command | str:
 
 
 def export(r: Layout, method: str) -> Command | str:
-    s, out = r.s, r.s.workdir / "hf" / method
-    return recorded(r, f"export-{method}", single(
+    s, out = r.s, r.hf(method)
+    return recorded(r, Key("export", method), single(
         "tools/convert_megatron_to_hf.py", "--load", r.final(method), "--save", out,
         "--tokenizer", r.tokenizer, "--no-progress", *(["--verify"] if s.verify_export else [])),
         f"exported: {out}", out)
@@ -161,48 +161,48 @@ def actions(s: Settings, part: str | None = None) -> list[Action]:
     lm-eval), or "report"."""
     r = Layout(s, side_by_side=part is not None)
     # (lock key, resolve[, its part when not the step's]) of each action of one step
-    Todo = list[tuple[str, Resolve] | tuple[str, Resolve, str]]
+    Todo = list[tuple[Key, Resolve] | tuple[Key, Resolve, str]]
     steps: list[tuple[str, str, Todo]] = []  # (title, part, its actions)
     if s.demo_model:  # before the data: preprocessing reads its tokenizer
         steps.append((f"prepare the demo model SmolLM2-135M-Instruct in {s.hf_model}", "prepare",
-                      [("demo-model", lambda: demo_model(r))]))
+                      [(DEMO_MODEL, lambda: demo_model(r))]))
     steps.append(("data", "prepare", data(r)))
     if s.from_scratch:
         steps.append((f"pre-train a tiny base on English ({s.base_iters} iterations, --method full from scratch)",
-                      "prepare", [("base", lambda: pretrain_base(r))]))
+                      "prepare", [(BASE, lambda: pretrain_base(r))]))
     else:
         steps.append((f"convert {s.hf_model} to a Megatron checkpoint (TP={s.tp}, PP={s.pp})", "prepare",
-                      [("base", lambda: convert_base(r))]))
+                      [(BASE, lambda: convert_base(r))]))
     for m in s.methods:
         if catalog.method(m).upscaled:
-            steps.append((f"upscale the base for {m}", m, [(f"upscale-{m}", lambda m=m: upscale(r, m))]))
+            steps.append((f"upscale the base for {m}", m, [(Key("upscale", m), lambda m=m: upscale(r, m))]))
         steps.append((f"continue on Korean with --method {m} ({s.train_iters} iterations)", m,
-                      [(f"train-{m}", lambda m=m: train(r, m))]))
+                      [(Key("train", m), lambda m=m: train(r, m))]))
         if m == r.router:
             steps.append((f"sweep {catalog.label(m)}'s router: every tau of every statistic on the held-out sets", m,
-                          [("route-sweep", lambda: evaluate.route_sweep(r))]))
+                          [(Key("route-sweep"), lambda: evaluate.route_sweep(r))]))
     # side by side: the held-out sets' bytes and the base's benchmarks are the preparation's,
     # each method's benchmarks its own task's (after its training), the report the report job's
-    bench: Todo = [(f"benchmark-{m}", lambda m=m: evaluate.benchmark(r, m), "prepare" if m == "base" else m)
+    bench: Todo = [(Key("benchmark", m), lambda m=m: evaluate.benchmark(r, m), "prepare" if m == "base" else m)
                    for m in ("base", *s.methods)] if s.benchmarks else []
     steps.append(("evaluate: English (forgetting) and Korean (learning) perplexity and bits per byte"
                   + (f", benchmark accuracy before and after ({s.benchmarks})" if s.benchmarks else ""), "report",
-                  [("text-bytes", lambda: evaluate.text_bytes(r), "prepare"), *bench,
-                   ("report", lambda: evaluate.report(r))]))
+                  [(Key("text-bytes"), lambda: evaluate.text_bytes(r), "prepare"), *bench,
+                   (Key("report"), lambda: evaluate.report(r))]))
     if s.export:
         for m in s.methods:
-            todo: Todo = [(f"export-{m}", lambda m=m: export(r, m))]
+            todo: Todo = [(Key("export", m), lambda m=m: export(r, m))]
             if s.lm_eval_tasks:
-                todo.append((f"lm-eval-{m}", lambda m=m: evaluate.lm_eval(r, m)))
+                todo.append((Key("lm-eval", m), lambda m=m: evaluate.lm_eval(r, m)))
             steps.append((f"export {m} to Hugging Face", m, todo))
         if s.samples:
             steps.append(("greedy generations in English and Korean (report/generations.md)", "report",
-                          [("samples", lambda: evaluate.samples(r))]))
+                          [(Key("samples"), lambda: evaluate.samples(r))]))
 
-    def work(key: str) -> Callable[[], int]:
-        if key.startswith("train-"):
-            run, iters = r.run_dir(key.removeprefix("train-")), s.train_iters
-        elif key == "base" and s.from_scratch:
+    def work(key: Key) -> Callable[[], int]:
+        if key.kind == "train":
+            run, iters = r.run_dir(key.of), s.train_iters
+        elif key == BASE and s.from_scratch:
             run, iters = r.base_run, s.base_iters
         else:
             return lambda: 1

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from megatron_scale import method_catalog as catalog
-from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.route_eval.report import plot as route_plot
 
 

@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.reports.frontier import (
     CAPPED, PER_SET, RAW, RETENTIONS, Point, Run, as_retention, default_gap, optimum_table, paired, paired_table,
     pareto, retention_at, spread, summarise, table,

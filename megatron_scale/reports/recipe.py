@@ -32,8 +32,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
-from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.reports.benchmarks import section
 from megatron_scale.reports.route_sweep import route_section
 
@@ -244,7 +245,7 @@ def write_report(base_metrics: str, runs: dict[str, str], out_dir: str | os.Path
     if failed:
         results["failed"] = dict(failed)
         text += "\n## Methods not in this report\n\n" + "".join(f"- **{m}**: {why}\n" for m, why in failed.items())
-    atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
-    atomic_write(out / "report.md", text)
+    atomic_write(out / artifacts.RESULTS.name, json.dumps(results, indent=2) + "\n")
+    atomic_write(out / artifacts.REPORT.name, text)
     plot(base, runs, out / "perplexity.png", (*old, *news), sizes, news)
     return results

@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale import artifacts
+from megatron_scale.durable import atomic_write
 
 PLOT = "route_sweep.png"
 
@@ -114,7 +115,7 @@ def route_section(path: str | os.PathLike, out_dir: Path, old: str, new: str) ->
     (atomically) to out_dir."""
     sweep = load_sweep(path, old, new)
     s = summary(sweep, path)
-    png = Path(path).with_name("sweep.png")
+    png = Path(path).with_name(artifacts.SWEEP_PLOT.name)
     plot = None
     if png.is_file():
         atomic_write(out_dir / PLOT, png.read_bytes())

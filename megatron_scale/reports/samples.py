@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale import artifacts
+from megatron_scale.durable import atomic_write
 
 PROMPTS = {
     "en": ("The capital of France is", "In Python, a list is"),
@@ -62,6 +63,6 @@ def write_samples(models: Mapping[str, str], out_dir: str | os.PathLike, *, new_
             lines.append("")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "generations.json", json.dumps(results, ensure_ascii=False, indent=2) + "\n")
-    atomic_write(out / "generations.md", "\n".join(lines))
+    atomic_write(out / artifacts.GENERATIONS.name, json.dumps(results, ensure_ascii=False, indent=2) + "\n")
+    atomic_write(out / artifacts.GENERATIONS_MD.name, "\n".join(lines))
     return results

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write, save_figure
+from megatron_scale.durable import atomic_write, save_figure
 
 
 def thin(xs: list[float], ys: list[float], limit: int = 400) -> tuple[list[float], list[float]]:

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 
 ARM, LOG, COUNT = "MEGATRON_SCALE_FAULT", "MEGATRON_SCALE_FAULT_LOG", "MEGATRON_SCALE_FAULT_COUNT"
 POINTS = ("load", "forward", "optimizer-step", "save-data", "save-before-rename", "save-before-marker")

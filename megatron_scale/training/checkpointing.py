@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from megatron_scale import _mcore as mc
 from megatron_scale import hooks
-from megatron_scale.artifacts import atomic_write
+from megatron_scale.durable import atomic_write
 from megatron_scale.checkpoint.io import MARKER, iteration_dir, load_checkpoint, save_checkpoint
 from megatron_scale.checkpoint.layout import FULLY_RESHARDABLE, MODEL_SPACE, SavedLayout
 from megatron_scale.checkpoint.records import CheckpointRecords, RecordedMethod, read_records

@@ -34,7 +34,7 @@ from megatron_scale.model.layers.heads import output_layers, router_settings, se
 from megatron_scale.model.layers.output_rows import scope_output_rows, script_rows
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
-from megatron_scale.training.data import build_datasets, microbatches
+from megatron_scale.data.batches import build_datasets, microbatches
 from megatron_scale.training.metrics import MetricsLog
 from megatron_scale.training.optim import build_optimizer, build_scheduler, decoupled_record
 from megatron_scale.training.plan import FlagError, Plan, plan

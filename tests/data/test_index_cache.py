@@ -12,7 +12,7 @@ import pytest
 
 
 def _build(prefix: str) -> object:
-    from megatron_scale.training.data import build_datasets
+    from megatron_scale.data.batches import build_datasets
 
     return build_datasets(blend=([prefix], None), split="90,10,0", eval_sets={}, seq_length=16, seed=1,
                           vocab_size=256, train_samples=40, eval_samples=4).train

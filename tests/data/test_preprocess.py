@@ -131,7 +131,7 @@ def test_sentence_splitting_known_cases() -> None:
 
 
 def test_loads_in_gpt_dataset_and_weighted_blend(corpus: dict, tmp_path) -> None:
-    from megatron_scale.training.data import build_datasets
+    from megatron_scale.data.batches import build_datasets
 
     settings = Settings(tokenizer=corpus["tok"], append_eod=True)
     prefixes = {}

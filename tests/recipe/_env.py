@@ -61,7 +61,7 @@ def made(s: Settings, key: str) -> Command:
     """Action `key` done as the launcher does it: its outputs written, then its completion record."""
     from megatron_scale.recipe import records
 
-    (action,) = [a for a in actions(s) if a.key == key]
+    (action,) = [a for a in actions(s) if str(a.key) == key]
     command = action.resolve()
     assert isinstance(command, Command) and command.outputs, (key, command)
     make_outputs(command)

@@ -19,7 +19,7 @@ from megatron_scale.recipe.launch import Launcher
 from megatron_scale.recipe.array import part_of, submit, why_missing
 from megatron_scale.recipe.lock import Locks, alive, holder_of
 from megatron_scale.recipe.settings import Settings, SettingsError
-from megatron_scale.recipe.steps import Command, actions
+from megatron_scale.recipe.steps import Command, Key, actions
 from tests.recipe._env import held_by_job_20
 
 METHODS = "scale-preserve full scale-adapt"
@@ -107,8 +107,8 @@ def _settings(work: Path, **env: str) -> Settings:
 def test_the_parts_split_the_recipe(tmp_path: Path) -> None:
     """prepare + one part per method + report hold every action of the whole recipe once, in order."""
     s = _settings(tmp_path)
-    whole = [(a.step, a.key) for a in actions(s)]
-    parts = {p: [(a.step, a.key) for a in actions(s, p)] for p in ("prepare", *s.methods, "report")}
+    whole = [(a.step, str(a.key)) for a in actions(s)]
+    parts = {p: [(a.step, str(a.key)) for a in actions(s, p)] for p in ("prepare", *s.methods, "report")}
     assert sorted(a for got in parts.values() for a in got) == sorted(whole)
     assert len({k for _, k in whole}) == len(whole)  # one lock per action
     assert [k for _, k in parts["prepare"]] == ["data", "base", "text-bytes"]
@@ -117,8 +117,8 @@ def test_the_parts_split_the_recipe(tmp_path: Path) -> None:
     assert [k for _, k in parts["report"]] == ["report", "samples"]
     # with BENCHMARKS: the base's in the preparation, each method's in its own task, after training
     bench = _settings(tmp_path, BENCHMARKS="arc_easy")
-    assert [a.key for a in actions(bench, "prepare")] == ["data", "base", "text-bytes", "benchmark-base"]
-    assert [a.key for a in actions(bench, "full")] == ["train-full", "benchmark-full", "export-full"]
+    assert [str(a.key) for a in actions(bench, "prepare")] == ["data", "base", "text-bytes", "benchmark-base"]
+    assert [str(a.key) for a in actions(bench, "full")] == ["train-full", "benchmark-full", "export-full"]
     env = {"SCALE_PART": "methods", "SLURM_ARRAY_TASK_ID": "1"}
     assert part_of(s, env) == "full" and part_of(s, {}) is None and part_of(s, {"SCALE_PART": "report"}) == "report"
     with pytest.raises(SettingsError, match="SLURM_ARRAY_TASK_ID='3'"):
@@ -136,7 +136,7 @@ def test_the_report_of_a_side_by_side_run_lists_what_failed_and_why(tmp_path: Pa
     (tmp_path / "slurm" / "scale-adapt.json").write_text(json.dumps({
         "state": "failed", "job": "9_2", "restart": 0, "step": "6: continue on Korean with --method scale-adapt",
         "exit_status": 1, "log": "/l/methods-9_2.out", "log_tail": ["Traceback", "ValueError: boom"]}))
-    (report,) = [a.resolve() for a in actions(s, "report") if a.key == "report"]
+    (report,) = [a.resolve() for a in actions(s, "report") if a.key == Key("report")]
     assert isinstance(report, Command)
     args = list(report.args)
     assert [args[i + 1].split("=")[0] for i, a in enumerate(args) if a == "--run"] == ["full"]
@@ -147,7 +147,7 @@ def test_the_report_of_a_side_by_side_run_lists_what_failed_and_why(tmp_path: Pa
     (tmp_path / "slurm" / "prepare.json").write_text(json.dumps({"state": "failed", "job": "8", "step": "2: data"}))
     assert why_missing(s, "scale-preserve") == "never ran: the preparation job 8 failed in step '2: data'"
     # the whole recipe in one job reports every method (each trained before the report)
-    (whole,) = [a.resolve() for a in actions(s) if a.key == "report"]
+    (whole,) = [a.resolve() for a in actions(s) if a.key == Key("report")]
     assert isinstance(whole, Command) and "--failed" not in whole.args and whole.args.count("--run") == 3
 
 
@@ -221,7 +221,7 @@ def test_a_report_is_written_again_only_when_its_inputs_changed(tmp_path: Path) 
     (tmp_path / "report" / "eval" / "text_bytes.json").write_text("{}\n")  # bits per byte's input
 
     def report() -> Command | str:
-        return next(a.resolve() for a in actions(s, "report") if a.key == "report")
+        return next(a.resolve() for a in actions(s, "report") if a.key == Key("report"))
 
     assert isinstance(report(), Command)
     results.write_text(json.dumps({"runs": [{"method": "full"}]}))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from megatron_scale.recipe.settings import Settings, SettingsError
-from megatron_scale.recipe.steps import Command, actions
+from megatron_scale.recipe.steps import Command, Key, actions
 from megatron_scale.reports.recipe import write_report
 from tests.recipe._env import REPO, sourced_env
 
@@ -45,12 +45,12 @@ def test_the_report_step_reads_new_eval_as_learning(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "full"
     run.mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text(f"{s.train_iters}\n")
-    (report,) = [a.resolve() for a in actions(s) if a.key == "report"]
+    (report,) = [a.resolve() for a in actions(s) if a.key == Key("report")]
     args = list(report.args)
     pairs = [(a, args[i + 1]) for i, a in enumerate(args) if a in ("--old", "--new")]
     assert pairs == [("--old", "en"), ("--old", "en_modern"), ("--new", "ko"), ("--new", "nsmc")]
     plain = Settings.from_env({"WORKDIR": str(tmp_path), "HF_MODEL": "/m", "METHODS": "full", "EXPORT": "0"})
-    (report,) = [a.resolve() for a in actions(plain) if a.key == "report"]
+    (report,) = [a.resolve() for a in actions(plain) if a.key == Key("report")]
     assert "--new" not in report.args  # without NEW_EVAL the report's command is as before
     for env, match in (({"NEW_EVAL": "nsmc=/a"}, "NEW_EVAL is for a Hugging Face base"),
                        ({"HF_MODEL": "/m", "NEW_EVAL": "nsmc=/a", "EXTRA_EVAL": "nsmc=/b"}, "name a set twice"),

@@ -9,34 +9,41 @@ from pathlib import Path
 
 import pytest
 
-from megatron_scale.recipe.command import Launch
+from megatron_scale.recipe.command import Key, Launch
 from megatron_scale.recipe.launch import Launcher
-from megatron_scale.recipe.progress import Timed, Timings, duration, estimate, kind_of, where
+from megatron_scale.recipe.progress import Timed, Timings, duration, estimate, where
 from megatron_scale.recipe.settings import Settings, SettingsError
 from tests.recipe._env import made
 
 
-def test_kinds_of_action_keys() -> None:
-    assert [kind_of(k) for k in ("train-scale-preserve", "train-full", "upscale-scale-route", "export-lora",
-                                 "benchmark-base", "lm-eval-full", "data-ko_train_text_document", "data",
-                                 "data-demo-raw", "demo-model", "route-sweep", "report", "base")] == [
-        "train", "train", "upscale", "export", "benchmark", "lm-eval", "data", "data", "data", "demo-model",
-        "route-sweep", "report", "base"]
+def test_action_keys_name_their_files_and_keep_their_kind() -> None:
+    """A key's text names its lock, record and timing (the names WORKDIRs already hold); its kind
+    is a field, never parsed back from the text (a dataset named "train-x" stays data)."""
+    keys = (Key("train", "scale-preserve"), Key("lm-eval", "full"), Key("data", "ko_train_text_document"),
+            Key("data"), Key("data", "demo-raw"), Key("demo-model"), Key("route-sweep"), Key("base"))
+    assert [str(k) for k in keys] == ["train-scale-preserve", "lm-eval-full", "data-ko_train_text_document", "data",
+                                      "data-demo-raw", "demo-model", "route-sweep", "base"]
+    assert [k.kind for k in keys] == ["train", "lm-eval", "data", "data", "data", "demo-model", "route-sweep", "base"]
+    assert Key("data", "train-x").kind == "data" and f"{Key('data', 'train-x')}.lock" == "data-train-x.lock"
 
 
 def test_estimate_by_kind_key_and_hint() -> None:
-    timed = {"train-scale-preserve": Timed(100.0, 10), "train-full": Timed(60.0, 10),  # 8 s per iteration together
-             "upscale-scale-preserve": Timed(40.0, 1), "export-full": Timed(30.0, 1)}
+    timed = {"train-scale-preserve": Timed(100.0, 10, "train"), "train-full": Timed(60.0, 10, "train"),  # 8 s/it
+             "upscale-scale-preserve": Timed(40.0, 1, "upscale"), "export-full": Timed(30.0, 1, "export")}
     # a method not timed: the kind's rate over all trainings; one timed (a resumed run): its own
-    assert estimate({"train-lora": 5}, timed, {}) == (40.0, 0)
-    assert estimate({"train-full": 4}, timed, {}) == (24.0, 0)
-    assert estimate({"upscale-scale-route": 1, "export-lora": 1}, timed, {}) == (70.0, 0)
+    assert estimate({Key("train", "lora"): 5}, timed, {}) == (40.0, 0)
+    assert estimate({Key("train", "full"): 4}, timed, {}) == (24.0, 0)
+    assert estimate({Key("upscale", "scale-route"): 1, Key("export", "lora"): 1}, timed, {}) == (70.0, 0)
     # no timing of the kind: the hint; neither: counted as unknown
-    assert estimate({"benchmark-base": 1, "samples": 1}, timed, {"benchmark": 55.0}) == (55.0, 1)
+    assert estimate({Key("benchmark", "base"): 1, Key("samples"): 1}, timed, {"benchmark": 55.0}) == (55.0, 1)
     assert estimate({}, timed, {}) == (0.0, 0)
     # hints are per iteration for trainings; timings beat hints
-    assert estimate({"train-full": 3, "report": 1}, {}, {"train": 7.5, "report": 2}) == (24.5, 0)
-    assert estimate({"upscale-x": 1}, timed, {"upscale": 999.0}) == (40.0, 0)
+    assert estimate({Key("train", "full"): 3, Key("report"): 1}, {}, {"train": 7.5, "report": 2}) == (24.5, 0)
+    assert estimate({Key("upscale", "x"): 1}, timed, {"upscale": 999.0}) == (40.0, 0)
+    # a timing written before timings recorded their kind costs its own key only
+    old = {"train-full": Timed(60.0, 10)}
+    assert estimate({Key("train", "full"): 1}, old, {}) == (6.0, 0)
+    assert estimate({Key("train", "lora"): 1}, old, {"train": 2.0}) == (2.0, 0)
 
 
 def test_durations_and_the_header_line() -> None:
@@ -52,14 +59,14 @@ def test_durations_and_the_header_line() -> None:
 def test_timings_keep_finished_actions_only(tmp_path: Path) -> None:
     clock = [100.0]
     t = Timings(tmp_path, now=lambda: clock[0])
-    t.started("train-full", 12)
+    t.started(Key("train", "full"), 12)
     clock[0] = 190.0
-    t.ended("train-full", done=True)
-    t.started("export-full", 1)
+    t.ended(Key("train", "full"), done=True)
+    t.started(Key("export", "full"), 1)
     clock[0] = 400.0
-    t.ended("export-full", done=False)  # stopped on a signal: its time says nothing about a whole export
-    t.ended("upscale-x", done=True)  # never started here (skipped): nothing
-    assert t.read() == {"train-full": Timed(90.0, 12)}
+    t.ended(Key("export", "full"), done=False)  # stopped on a signal: its time says nothing about a whole export
+    t.ended(Key("upscale", "x"), done=True)  # never started here (skipped): nothing
+    assert t.read() == {"train-full": Timed(90.0, 12, "train")}
     assert not list((tmp_path / "timings").glob("*.start"))
 
 

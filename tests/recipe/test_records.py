@@ -19,7 +19,7 @@ HF = {"HF_MODEL": "/m/llama", "METHODS": "full", "KO_TRAIN_INPUT": "/raw/ko.json
 
 
 def _resolve(s, key: str) -> Command | str:  # type: ignore[no-untyped-def]
-    (action,) = [a for a in actions(s) if a.key == key]
+    (action,) = [a for a in actions(s) if str(a.key) == key]
     return action.resolve()
 
 

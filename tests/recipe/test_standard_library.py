@@ -1,6 +1,6 @@
 """The recipe's house rule, checked on the source: the recipe (recipe/) and the reports' tables
 import the standard library, each other and the package's standard-library floor (flags,
-artifacts, method_catalog) only, so the launcher runs on the batch host without site-packages
+durable, artifacts, method_catalog) only, so the launcher runs on the batch host without site-packages
 (`python -S`), outside the container image. The package-wide rules: tests/test_layering.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 from tests.test_layering import PKG, _imports
 
-STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.artifacts", "megatron_scale.method_catalog")
+STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.durable", "megatron_scale.artifacts", "megatron_scale.method_catalog")
 """The package's standard-library floor: modules that import nothing outside the standard library,
 so that the recipe's launcher (run without site-packages) and the reports may use them."""
 

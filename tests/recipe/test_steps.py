@@ -310,11 +310,11 @@ def test_shared_outputs_outside_the_workdir_are_recorded_where_they_lie(tmp_path
     """The data step's and the demo model's records and locks: $WORKDIR's by default, the shared
     folder's when it lies outside $WORKDIR, so a job of another WORKDIR finds the output done."""
     inside = actions(settings(tmp_path / "w", DEMO_MODEL="1"))  # HF_MODEL: $WORKDIR/models/...
-    assert "demo-model" in {x.key for x in inside} and {x.home for x in inside} == {None}
+    assert "demo-model" in {str(x.key) for x in inside} and {x.home for x in inside} == {None}
     shared = tmp_path / "shared"
     env = {"HF_MODEL": str(shared / "models" / "smollm2"), "DEMO_MODEL": "1", "DATA_DIR": str(shared / "data")}
     a = settings(tmp_path / "a", **env)
-    homes = {x.key: x.home for x in actions(a)}
+    homes = {str(x.key): x.home for x in actions(a)}
     data = {k for k in homes if k.startswith("data")}
     assert len(data) >= 3 and {homes[k] for k in data} == {shared / "data"}
     assert homes["demo-model"] == shared / "models"
@@ -323,5 +323,5 @@ def test_shared_outputs_outside_the_workdir_are_recorded_where_they_lie(tmp_path
     assert (shared / "models" / "records" / "demo-model.json").is_file()
     assert not (tmp_path / "a" / "records").exists()
     b = settings(tmp_path / "b", **env)
-    (demo,) = [x for x in actions(b) if x.key == "demo-model"]
+    (demo,) = [x for x in actions(b) if str(x.key) == "demo-model"]
     assert demo.resolve() == f"demo model ready: {shared / 'models' / 'smollm2'}"

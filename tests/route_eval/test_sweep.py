@@ -66,7 +66,7 @@ def _reference_stats(z_p: torch.Tensor, z_a: torch.Tensor) -> dict[str, torch.Te
 def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
     from megatron_scale.model.layers.heads import output_head, router_settings
     from megatron_scale.route_eval import curves
-    from megatron_scale.route_eval.collect import collect
+    from megatron_scale.evaluation.capture import collect
 
     model, state = _model(tp, state)
     b = _tiny.batch(seed=8)

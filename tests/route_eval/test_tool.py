@@ -147,7 +147,7 @@ def test_bad_input_names_the_flag(work: dict, change: dict, message: str, capsys
 def test_windows_skip(work: dict) -> None:
     """Windows after `skip` are the same windows as counted from the start; too few tokens name
     the flag and the skipped windows."""
-    from megatron_scale.route_eval.windows import windows
+    from megatron_scale.data.windows import windows
 
     assert torch.equal(windows(work["old"], 16, 3, skip=2), windows(work["old"], 16, 5)[2:])
     with pytest.raises(ValueError, match=r"--calibration-new-data .*after the 28 skipped windows: 493 needed"):

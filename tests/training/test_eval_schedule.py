@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from megatron_scale.testing.runs import VOCAB, make_dataset
-from megatron_scale.training.data import build_datasets
+from megatron_scale.data.batches import build_datasets
 from megatron_scale.training.metrics import LoggingConfig
 
 

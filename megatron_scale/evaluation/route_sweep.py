@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from megatron_scale.artifacts import SWEEP, SWEEP_PLOT
 from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.calibrate import check_share
 from megatron_scale.route_eval.units import POOLS, UNITS
@@ -114,8 +115,8 @@ def _check_scale(load: str) -> None:
 def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: torch.device) -> dict[str, dict[str, torch.Tensor]]:
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
-    from megatron_scale.route_eval.collect import collect
-    from megatron_scale.route_eval.windows import batches
+    from megatron_scale.evaluation.capture import collect
+    from megatron_scale.data.windows import batches
 
     model = load_model(s.load, Parallel(tp=s.tp), device).model.eval()
     return {name: collect(model, batches(ids.to(device), s.batch_size), s.statistics, s.alphas)
@@ -143,7 +144,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
     from megatron_scale.route_eval.report import plot, write_json
     from megatron_scale.data.tokenizer import token_bytes
     from megatron_scale.route_eval.units import pooled_records
-    from megatron_scale.route_eval.windows import windows
+    from megatron_scale.data.windows import windows
 
     s.check()
     _check_scale(s.load)
@@ -183,7 +184,7 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
             results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
                                                            s.calibrate_with, cal["direction"], s.units[0])[0]
     Path(s.out).mkdir(parents=True, exist_ok=True)
-    write_json(os.path.join(s.out, "sweep.json"), results)
-    plot(results, os.path.join(s.out, "sweep.png"))
-    summary["json"], summary["plot"] = os.path.join(s.out, "sweep.json"), os.path.join(s.out, "sweep.png")
+    summary["json"], summary["plot"] = os.path.join(s.out, SWEEP.name), os.path.join(s.out, SWEEP_PLOT.name)
+    write_json(summary["json"], results)
+    plot(results, summary["plot"])
     return summary
