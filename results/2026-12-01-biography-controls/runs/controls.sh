@@ -8,7 +8,7 @@
 #   C6  SCALE-Preserve through the max-prob gate at tau 0.7 and 0.9 (T 0.05), 1e-3, 3 seeds
 #       (the committed frontier has tau 0.8 only, chosen on seed 1234's records), with the v2 gate
 #       runs' 3,000-step cap (a later --task1-iters overrides the 6,000 of P)
-# Each stop level and each tau is its own OUT under ROOT; the first OUT pre-trains and learns task
+# Order: stop 0.6, 0.9, the two taus, then stop 1.0 (the longest). Each stop level and each tau is its own OUT under ROOT; the first OUT pre-trains and learns task
 # 0 (equal to the committed stages, value for value); the others start from copies of its
 # pretrain and task-0 stages and checkpoints.
 #   bash controls.sh        (REPO: the checkout whose code runs, default /work/wt-r)
@@ -27,7 +27,7 @@ seed_from() {  # OUT: its pretrain and task-0 stages, data and checkpoints from 
     cp -r "$ROOT/stop0.6/seed$s/checkpoints/pretrain" "$ROOT/stop0.6/seed$s/checkpoints/task0" "$1/seed$s/checkpoints/"
   done
 }
-for stop in 0.6 0.9 1.0; do
+for stop in 0.6 0.9; do
   out=$ROOT/stop$stop
   [ "$stop" = 0.6 ] || seed_from "$out"
   "${P[@]}" --out "$out" --methods full --task1-lrs 1e-5 3e-5 1e-4 --task1-stop-at "$stop"
@@ -38,3 +38,7 @@ for tau in 0.7 0.9; do
   "${P[@]}" --out "$out" --methods scale-preserve --task1-lrs 1e-3 --task1-stop-at 0.95 --task1-iters 3000 \
     --gate-statistic max-prob --gate-tau "$tau" --gate-temperature 0.05
 done
+# C5's third level last: full fine-tuning to task-1 accuracy 1.0 takes the longest stages
+stop=1.0 out=$ROOT/stop1.0
+seed_from "$out"
+"${P[@]}" --out "$out" --methods full --task1-lrs 1e-5 3e-5 1e-4 --task1-stop-at "$stop"
