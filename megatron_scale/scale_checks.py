@@ -132,13 +132,13 @@ def size_notes(cfg: Any, dims: Any, tp: int = 1) -> list[str]:
 
 def base_sizes(base: object) -> dict[str, int]:
     """The base sizes a ScaleDims records, read from a TransformerConfig-like object."""
-    d = int(getattr(base, "hidden_size"))
-    h = int(getattr(base, "num_attention_heads"))
+    d = int(base.hidden_size)
+    h = int(base.num_attention_heads)
     return {
-        "num_layers": int(getattr(base, "num_layers")), "hidden": d, "heads": h,
+        "num_layers": int(base.num_layers), "hidden": d, "heads": h,
         "groups": int(getattr(base, "num_query_groups", None) or h),
         "head_dim": int(getattr(base, "kv_channels", None) or d // h),
-        "ffn": int(getattr(base, "ffn_hidden_size")),
+        "ffn": int(base.ffn_hidden_size),
     }
 
 

@@ -95,7 +95,7 @@ def test_a_save_on_a_full_disk_fails_naming_it_and_keeps_the_previous_checkpoint
 
 
 def test_preprocessing_on_a_full_disk_fails_naming_it_and_keeps_the_previous_dataset(small_fs: Path) -> None:
-    from megatron_scale.data.demo import english_documents, korean_documents, write_jsonl
+    from megatron_scale.data.demo import english_documents, write_jsonl
     from megatron_scale.data.preprocess import DataError, preprocess
     from megatron_scale.data.tokenizer import TokenizerSpec, train_byte_bpe
     from megatron_scale.data.work import Settings

@@ -325,7 +325,7 @@ def _profile(a: argparse.Namespace, built: dict[str, Any]) -> dict[str, dict[str
     out = {}
     for m, (_, loss_fn, _, opt) in built.items():
         trace = os.path.join(a.trace_dir, f"{a.scope}_{m}.json") if a.trace_dir else None
-        out[m] = bench_profile.profile_steps(lambda: _step(a, loss_fn, opt), steps=2, cuda=a.device == "cuda",
+        out[m] = bench_profile.profile_steps(lambda loss_fn=loss_fn, opt=opt: _step(a, loss_fn, opt), steps=2, cuda=a.device == "cuda",
                                              trace=trace)
     return out
 

@@ -100,7 +100,7 @@ def expansion_effect(model: Any, items: Sequence[Probe], batch_size: int = 64) -
     rel, kl, changed = [], [], []
     try:
         with torch.no_grad(), capturing(model) as layer:
-            for chunk, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
+            for _chunk, inputs, (rows, last) in _prompt_batches(model, items, batch_size):
                 model(*inputs)
                 z_p, z_a = (z[last, rows].double() for z in layer.captured)  # [b, V]
                 rel.append((z_a - z_p).norm(dim=-1) / z_p.norm(dim=-1).clamp_min(1e-30))

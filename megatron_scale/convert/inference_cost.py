@@ -67,7 +67,7 @@ def weights_per_token(model: nn.Module) -> int:
     """Weights multiplied per generated token (see the module docstring)."""
     head = _head(model)
     total = 0
-    for name, module in model.named_modules():
+    for module in model.modules():
         cls = type(module).__name__
         if isinstance(module, nn.Linear):
             total += module.weight.numel()

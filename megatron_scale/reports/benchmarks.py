@@ -71,7 +71,7 @@ def section(models: dict[str, str], base: str = "base") -> dict[str, Any]:
         raise ValueError(f"--benchmarks: no {base}=FILE (the accuracy before)")
     scores = {name: load_scores(path) for name, path in models.items()}
     tasks = list(scores[base]["results"])
-    for name, s in scores.items():
+    for s in scores.values():
         if missing := [t for t in tasks if t not in s["results"]]:
             raise ValueError(f"--benchmarks {s['path']}: no {missing} (the base scored {tasks})")
     numbers: dict[str, Any] = {}

@@ -157,7 +157,7 @@ def test_protocol_smoke_run_writes_json_table_and_plot(tmp_path: Path) -> None:
     assert full["baseline_records"] and "router" in full
     for key in ("task0", "task1"):
         rec = full["final_records"][key]
-        mean = lambda k: sum(rec[k]) / len(rec[k])  # noqa: E731
+        mean = lambda k, rec=rec: sum(rec[k]) / len(rec[k])  # noqa: E731
         assert mean("correct_p") == pytest.approx(full["accuracy"][key][0]) and rec["alpha/0/correct"] == rec["correct_p"]
         assert mean("correct_a") == pytest.approx(full["accuracy"][key][-1]) and rec["alpha/1/correct"] == rec["correct_a"]
         assert route["final_records"][key]["alpha/1/correct"] == route["final_records"][key]["correct_a"]

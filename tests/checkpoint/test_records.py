@@ -25,7 +25,7 @@ def test_one_record_policy(tmp_path: Path) -> None:
                                 digest=None, scale=None)
     Full().check_record(nothing, tmp_path / "plain")  # nothing recorded: nothing to check
     with pytest.raises(CheckpointError, match=r"plain: not a megatron-core torch_dist checkpoint"):
-        read_records(tmp_path / "plain").scale
+        _ = read_records(tmp_path / "plain").scale
     (tmp_path / "legacy").mkdir()
     (tmp_path / "legacy" / "common.pt").write_bytes(b"not a pickle")
     for required in (True, False):

@@ -14,7 +14,6 @@ from megatron_scale.convert import (
     convert_hf_to_megatron,
     convert_megatron_to_hf,
 )
-from megatron_scale.model.args import LlamaArgs
 from megatron_scale.convert.hf_config import from_hf_config, read_hf_config, to_hf_config
 from tests.convert import _hf
 

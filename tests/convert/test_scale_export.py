@@ -256,9 +256,9 @@ def test_exported_folder_is_self_contained(results: dict) -> None:
     assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_scale_llama.ScaleLlamaForCausalLM"
     assert cfg["auto_map"]["AutoModel"] == "modeling_scale_llama.ScaleLlamaModel"
     assert [2, "fc1"] in cfg["scale_w12"] and [1, "qkv"] not in cfg["scale_w12"]
-    for folder, files in ((folder, scale_export.FILES), (results["root"] / "fused-adapt", fused_view.FILES)):
+    for root, files in ((folder, scale_export.FILES), (results["root"] / "fused-adapt", fused_view.FILES)):
         for name in files:
-            imports = [line for line in (folder / name).read_text().splitlines() if line.startswith(("import ", "from "))]
+            imports = [line for line in (root / name).read_text().splitlines() if line.startswith(("import ", "from "))]
             roots = {line.split()[1].split(".")[0] for line in imports}
             assert roots <= {"__future__", "base64", "collections", "inspect", "math", "typing", "torch",
                              "transformers", ""}, (name, roots)

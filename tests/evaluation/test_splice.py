@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from megatron_scale.evaluation.splice import Sides, sides, splice, splice_run, spliced_loss, window_sides
+from megatron_scale.evaluation.splice import sides, splice, splice_run, spliced_loss, window_sides
 from megatron_scale.model.layers.output_rows import script_rows
 from tests import _unit_vocab
 

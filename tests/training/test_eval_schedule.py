@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from megatron_scale.testing.runs import VOCAB, make_dataset
 from megatron_scale.data.batches import build_datasets

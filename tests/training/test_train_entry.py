@@ -364,7 +364,6 @@ def test_flags_must_match_the_loaded_models_arguments(work: dict) -> None:
     """--load records model arguments: they fill the flags left out, a flag describing another
     function is refused by name (before any model is built), and a resumed run's LR schedule
     cannot change (megatron-core's scheduler would only assert)."""
-    from pathlib import Path
 
     from megatron_scale.training.config import parse
     from megatron_scale.checkpoint.records import read_records

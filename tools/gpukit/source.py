@@ -88,9 +88,11 @@ def compiler(env: Mapping[str, str]) -> str | None:
 
 def check_machine(manifest: dict[str, Any], *, sites: list[Path], env: Mapping[str, str],
                   python_version: tuple[int, int] = sys.version_info[:2],
-                  python_include: Path = Path(sysconfig.get_paths()["include"])) -> list[str]:
+                  python_include: Path | None = None) -> list[str]:
     """What the build needs, before any of it runs: KitError naming the first piece missing; the
-    notes otherwise (where each piece was found)."""
+    notes otherwise (where each piece was found); `python_include` defaults to this Python's."""
+    if python_include is None:
+        python_include = Path(sysconfig.get_paths()["include"])
     want = manifest.get("python", c.PYTHON)
     if f"{python_version[0]}.{python_version[1]}" != want:
         raise KitError(f"this kit is for Python {want}; {sys.executable} is "

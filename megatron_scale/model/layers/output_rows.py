@@ -104,5 +104,6 @@ def scope_output_rows(layers: Sequence[Any], rows: torch.Tensor) -> int:
             raise ValueError("--scale-output-rows: the output rows are scoped already")
         local = rows[layer.vocab_start_index : layer.vocab_end_index].to(layer.weight_up.device)
         layer.row_scope = local  # type: ignore[attr-defined]
-        layer.weight_up.register_hook(lambda g, keep=local.unsqueeze(-1): g.masked_fill(~keep, 0))
+        keep = local.unsqueeze(-1)
+        layer.weight_up.register_hook(lambda g, keep=keep: g.masked_fill(~keep, 0))
     return int(rows.sum())

@@ -99,7 +99,6 @@ def _perturbed_state(tau_model: Any) -> dict[str, torch.Tensor]:
 
 def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
     from megatron_scale.scale_config import ScaleConfig
-    from megatron_scale.model.layers.heads import output_head
     from megatron_scale.model.weights.state import load_global_state_dict
 
     base = _tiny.base_state_dict(tied=False)
@@ -153,7 +152,7 @@ def _unit_firsts(table: list[bytes], labels: list[int], unit: str) -> list[int]:
 
 def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
     """Route the Korean string (row 0) and a random row per character and per word."""
-    from megatron_scale.model.layers.heads import output_head, router_settings, set_unit_codes
+    from megatron_scale.model.layers.heads import router_settings, set_unit_codes
     from megatron_scale.model.layers.route_units import piece_codes
 
     table = _unit_vocab.pieces(_tiny.VOCAB)
