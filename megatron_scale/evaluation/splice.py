@@ -184,7 +184,7 @@ def splice_run(run_dir: str | os.PathLike, base: str | os.PathLike, tokenizer: s
     from megatron_scale.durable import atomic_write
     from megatron_scale.data.tokenizer import token_bytes
     from megatron_scale.reports.recipe import evaluations
-    from megatron_scale.route_eval.stored import eval_windows
+    from megatron_scale.evaluation.route_records import eval_windows
 
     from megatron_scale.model.layers.output_rows import SCRIPTS
 
