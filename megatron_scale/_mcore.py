@@ -97,6 +97,7 @@ from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubm
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.mlp import MLP, MLPSubmodules, apply_swiglu_sharded_factory
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import (
@@ -124,6 +125,7 @@ __all__ = [
     "optimal_index_dtype",
     "OptimizerParamScheduler",
     "MLP",
+    "MegatronModule",
     "AttnMaskType",
     "ColumnParallelLinear",
     "DistributedDataParallel",

@@ -13,7 +13,7 @@ ScaleConfigError naming the setting and its --scale-* flag.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
 ROUTER_STATISTICS = ("cosine", "centered-cosine", "max-prob", "certainty")
@@ -130,7 +130,18 @@ def size_notes(cfg: Any, dims: Any, tp: int = 1) -> list[str]:
     return notes
 
 
-def base_sizes(base: object) -> dict[str, int]:
+class BaseSizes(TypedDict):
+    """The base sizes of a ScaleDims, by its field names (so `ScaleDims(**sizes, ...)` type-checks)."""
+
+    num_layers: int
+    hidden: int
+    heads: int
+    groups: int
+    head_dim: int
+    ffn: int
+
+
+def base_sizes(base: object) -> BaseSizes:
     """The base sizes a ScaleDims records, read from a TransformerConfig-like object."""
     d = int(base.hidden_size)
     h = int(base.num_attention_heads)
@@ -154,7 +165,7 @@ def check_architecture(base: object) -> None:
         raise ScaleConfigError("base TransformerConfig.normalization must be 'RMSNorm' (split RMSNorm)")
 
 
-def check_tp(tp: int, ups: dict[str, int], base: dict[str, int]) -> None:
+def check_tp(tp: int, ups: dict[str, int], base: BaseSizes) -> None:
     """Every rank holds an equal share of the base and of the new units (ups: the *_up sizes)."""
     if tp < 1:
         raise ScaleConfigError(f"tensor-parallel size must be >= 1, got {tp}")

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from megatron_scale.flags import flag
 from megatron_scale.scale_checks import (
@@ -27,6 +27,9 @@ from megatron_scale.scale_checks import (
     check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, resolve_base_backward,
     size_notes,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
@@ -249,12 +252,12 @@ class ScaleDims:
         h, g = (self.heads_up, self.groups_up) if up else (self.heads, self.groups)
         return (h + 2 * g) * self.head_dim
 
-    def widened(self, base: object) -> object:
+    def widened[C: DataclassInstance](self, base: C) -> C:
         """The TransformerConfig of the widened model: every width is base + expansion.
 
         kv_channels is pinned to the base head size k: the head size never changes."""
         return dataclasses.replace(
-            base,  # type: ignore[type-var]
+            base,
             hidden_size=self.hidden + self.hidden_up,
             num_attention_heads=self.heads + self.heads_up,
             num_query_groups=self.groups + self.groups_up,

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from megatron_scale import _mcore as mc
 from megatron_scale.model.weights.state import sharded_tensors
 
 _M = 2**31 - 1
@@ -29,26 +30,26 @@ _P1, _P2, _P3 = 1_000_003, 998_244_353 % _M, 754_974_721 % _M
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _is_main_replica(replica_id: object) -> bool:
+def _is_main_replica(replica_id: int | tuple[int, ...]) -> bool:
     if isinstance(replica_id, int):
         return replica_id == 0
-    return all(r == 0 for r in replica_id)  # type: ignore[union-attr]
+    return all(r == 0 for r in replica_id)
 
 
 def _salt(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little") % _M
 
 
-def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
-    data = st.data.detach()  # type: ignore[attr-defined]
+def _partial_sums(st: mc.ShardedTensor, chunk_rows: int = 1 << 16) -> torch.Tensor:
+    data = st.data.detach()
     device = data.device
     bits = data.contiguous().view(_BITS[data.element_size()]).to(torch.int64) & 0xFFFFFFFF
-    pre = st.prepend_axis_num  # type: ignore[attr-defined]
-    gshape = st.global_shape  # type: ignore[attr-defined]
-    goff = st.global_offset  # type: ignore[attr-defined]
+    pre = st.prepend_axis_num
+    gshape = st.global_shape
+    goff = st.global_offset
     strides = [1] * len(gshape)
-    for i in range(len(gshape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * gshape[i + 1]
+    for axis in range(len(gshape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * gshape[axis + 1]
     base = sum(goff[i] * strides[i] for i in range(pre))
     idx = torch.full((), base, dtype=torch.int64, device=device)
     for dim, (off, size) in enumerate(zip(goff[pre:], data.shape, strict=True)):
@@ -57,7 +58,7 @@ def _partial_sums(st: object, chunk_rows: int = 1 << 16) -> torch.Tensor:
         idx = idx + ((torch.arange(size, dtype=torch.int64, device=device) + off) * strides[pre + dim]).view(shape)
     idx = idx.expand(data.shape).reshape(-1)
     bits = bits.reshape(-1)
-    salt = _salt(st.key)  # type: ignore[attr-defined]
+    salt = _salt(st.key)
     total = torch.zeros(3, dtype=torch.int64, device=device)
     for start in range(0, bits.numel(), chunk_rows * 64):
         a = bits[start : start + chunk_rows * 64]

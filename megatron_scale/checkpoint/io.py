@@ -51,11 +51,11 @@ Extra = Callable[[dict], dict] | None
 MARKER = "latest_checkpointed_iteration.txt"
 
 
-def iteration_dir(save: str | os.PathLike, iteration: int) -> Path:
+def iteration_dir(save: str | os.PathLike[str], iteration: int) -> Path:
     return Path(save) / f"iter_{iteration:07d}"
 
 
-def latest_iteration_dir(root: str | os.PathLike) -> Path | None:
+def latest_iteration_dir(root: str | os.PathLike[str]) -> Path | None:
     """The checkpoint the marker under `root` names, or None when `root` holds no run."""
     marker = Path(root) / MARKER
     if not marker.exists():
@@ -92,7 +92,7 @@ def _digest(model: nn.Module, sharded: dict) -> str:
     return frozen_base_digest(model, sharded=sharded, device=collective_device() if dist.is_initialized() else None)
 
 
-def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra = None, *,
+def save_checkpoint(model: mc.MegatronModule, directory: str | os.PathLike[str], extra: Extra = None, *,
                     method: RecordedMethod, model_args: dict[str, Any] | None = None,
                     layout: SavedLayout | None = None, train_state: dict[str, Any] | None = None) -> Path:
     """Save `model` (this rank's shards; every rank calls), built for `method`, to `directory`,
@@ -109,7 +109,7 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
     _barrier()
-    state = model.sharded_state_dict()  # type: ignore[operator]
+    state = model.sharded_state_dict()
     more = extra(state) if extra else {}
     named = sorted(set(more) & set(COMMON_ENTRIES))
     if named:
@@ -149,7 +149,7 @@ def save_checkpoint(model: nn.Module, directory: str | os.PathLike, extra: Extra
 
 
 def load_checkpoint(
-    model: nn.Module, directory: str | os.PathLike, extra: Extra = None, records: CheckpointRecords | None = None,
+    model: mc.MegatronModule, directory: str | os.PathLike[str], extra: Extra = None, records: CheckpointRecords | None = None,
     *, method: RecordedMethod,
 ) -> dict[str, Any]:
     """Load `directory` into `model`, built for `method`, at the model's own layout and verify the
@@ -163,7 +163,7 @@ def load_checkpoint(
     if records.scale is None:
         raise CheckpointError(f"{directory} is not a megatron-scale checkpoint (no 'scale' record)")
     method.check_record(records, directory)
-    sharded = model.sharded_state_dict()  # type: ignore[operator]
+    sharded = model.sharded_state_dict()
     model_keys = set(sharded)
     # dist_checkpointing.load rewrites the ShardedTensors it is given (their data gains the stacked
     # axes), so the digest keeps shallow copies; their data are still the parameters themselves.

@@ -33,7 +33,7 @@ from megatron_scale.model.args import ArchitectureError, LlamaArgs
 class MegatronReader:
     """Global tensors of a torch_dist checkpoint by checkpoint key."""
 
-    def __init__(self, directory: str | os.PathLike, records: CheckpointRecords | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], records: CheckpointRecords | None = None) -> None:
         """`records`: the checkpoint's, where the caller has read them already (`directory` is
         then the checkpoint itself, not a run directory)."""
         self.dir = Path(directory)
@@ -69,7 +69,7 @@ class MegatronReader:
         Every rank holds the whole base (fine up to a few billion parameters in host memory)."""
         return {key: self.get(key) for key in self.names()}
 
-    def model_args(self, override: str | os.PathLike | None = None) -> LlamaArgs:
+    def model_args(self, override: str | os.PathLike[str] | None = None) -> LlamaArgs:
         """The recorded model arguments, or those of `override` (--model-args FILE.json)."""
         if override is not None:
             path = Path(override)

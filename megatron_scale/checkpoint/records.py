@@ -118,7 +118,7 @@ def _check_writer(path: Path, scale: dict[str, Any] | None) -> None:
                               f"installed {mc.MCORE_VERSION}; read it with megatron-core {written}")
 
 
-def check_checkpoint_files(directory: str | os.PathLike) -> Any:
+def check_checkpoint_files(directory: str | os.PathLike[str]) -> Any:
     """Refuse, naming the file, a torch_dist checkpoint from a newer megatron-core's format or with
     a shard file missing or short (see the module docstring). Reads no tensor; returns the
     checkpoint's index (torch.distributed.checkpoint Metadata)."""
@@ -147,10 +147,10 @@ class CheckpointRecords:
 
 
 @overload
-def read_records(directory: str | os.PathLike, *, required: Literal[True] = ...) -> CheckpointRecords: ...
+def read_records(directory: str | os.PathLike[str], *, required: Literal[True] = ...) -> CheckpointRecords: ...
 @overload
-def read_records(directory: str | os.PathLike, *, required: bool) -> CheckpointRecords | None: ...
-def read_records(directory: str | os.PathLike, *, required: bool = True) -> CheckpointRecords | None:
+def read_records(directory: str | os.PathLike[str], *, required: bool) -> CheckpointRecords | None: ...
+def read_records(directory: str | os.PathLike[str], *, required: bool = True) -> CheckpointRecords | None:
     """The records of the checkpoint in `directory` (see the module docstring for the policy;
     `required=False`: None for a directory that is no torch_dist checkpoint)."""
     path = Path(directory)
@@ -167,6 +167,7 @@ def read_records(directory: str | os.PathLike, *, required: bool = True) -> Chec
     scale = common.get(SCALE)
     _check_writer(path, scale)
     train_state = common.get(TRAIN_STATE)
+    layout: SavedLayout | None
     try:
         if LAYOUT in common:
             layout = SavedLayout.from_record(common[LAYOUT], where=f"{path}: {LAYOUT}")
@@ -188,7 +189,7 @@ class RecordedMethod(Protocol):
         """Its entries in the `scale` record (the first: the model's geometry)."""
         ...
 
-    def check_record(self, records: CheckpointRecords, where: str | os.PathLike) -> None:
+    def check_record(self, records: CheckpointRecords, where: str | os.PathLike[str]) -> None:
         """Refuse (CheckpointError, naming `where` and the entry) a checkpoint whose record is
         not this method's."""
         ...

@@ -24,8 +24,8 @@ come from that list. build_model (model/build.py) asks only `model_layers` and `
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -70,7 +70,7 @@ def first_difference(mine: dict[str, Any], theirs: dict[str, Any],
     return None
 
 
-def refuse_adapters(state: dict[str, torch.Tensor], directory: str | Path) -> None:
+def refuse_adapters(state: dict[str, torch.Tensor], directory: str | os.PathLike[str]) -> None:
     """A base checkpoint's tensors hold no LoRA adapters (a method other than LoRA loads it)."""
     if any(is_lora_key(k) for k in state):
         raise ValueError(f"--load {directory}: holds LoRA adapters; load it with --method lora "
@@ -175,7 +175,7 @@ class TrainingMethod:
         checks them against the checkpoint's (check_record)."""
         return {"dims": None}
 
-    def check_record(self, records: CheckpointRecords, where: str | Path) -> None:
+    def check_record(self, records: CheckpointRecords, where: str | os.PathLike[str]) -> None:
         """Refuse (CheckpointError naming `where` and the entry) a checkpoint whose `scale` record
         is not this method's: each entry it records, and each the checkpoint holds beside the
         writer's, is compared by the class that owns it (check_entry: another kind of model,
@@ -190,7 +190,7 @@ class TrainingMethod:
                                       f"({self.name}) records {mine.get(entry)!r}")
 
     @classmethod
-    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | os.PathLike[str]) -> None:
         """Refuse a checkpoint whose `entry` (one of this class's `owns`; `theirs`, as saved) is not
         the model's (`mine`, what its method records; None: it records none)."""
         if mine != theirs:

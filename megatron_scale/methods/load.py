@@ -42,7 +42,7 @@ class Loaded:
     """What was loaded: "checkpoint" (as saved), or what the method's load_initial says."""
 
 
-def load_model(load: str | os.PathLike, parallel: Parallel = Parallel(), device: torch.device | None = None, *,
+def load_model(load: str | os.PathLike[str], parallel: Parallel = Parallel(), device: torch.device | None = None, *,
                method: TrainingMethod | None = None, args: LlamaArgs | None = None, kernels: Kernels = Kernels(),
                records: CheckpointRecords | None = None) -> Loaded:
     """This rank's chunk of a model filled from the checkpoint (or training run directory: its

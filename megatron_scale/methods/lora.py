@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,7 +64,7 @@ class Lora(TrainingMethod):
                          "(merging them into the base weights is not supported)")
 
     @classmethod
-    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | os.PathLike[str]) -> None:
         """The adapters' rank and alpha `mine` against the checkpoint's (or the presence of
         adapters), naming the first that differs and its flag."""
         if (mine is None) != (theirs is None):

@@ -5,9 +5,9 @@ as --load's SCALE checkpoint records it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from megatron_scale.checkpoint.io import load_checkpoint
 from megatron_scale.checkpoint.reader import MegatronReader
@@ -17,12 +17,14 @@ from megatron_scale.methods.base import Given, TrainingMethod, first_difference,
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
 from megatron_scale.scale_checks import check_gate
-from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims
+from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims, Variant
 from megatron_scale.upscale import load_upscaled
 
 ScaleSettings = optional_twin(ScaleConfig, "ScaleSettings", __name__)
 """The --scale-* flags as given (None: --load's record, else ScaleConfig's default)."""
 SCALE_FLAGS = flag_names(ScaleConfig)
+# a --method value (Scale.names) -> the variant its geometry resolves with
+VARIANT_OF: dict[str, Variant] = {f"scale-{v}": v for v in get_args(Variant)}
 # fields compared as sets (their order is not part of the geometry)
 UNORDERED = ("adapt_layers", "adapt_modules")
 
@@ -62,11 +64,13 @@ class Scale(TrainingMethod):
     def recorded_dims(records: CheckpointRecords | None) -> ScaleDims | None:
         """The SCALE geometry a checkpoint records (`scale.dims`; None: a plain GPT model, no
         record, or no records); a record that is no geometry is one CheckpointError naming it."""
-        recorded = (records.scale or {}).get("dims") if records is not None else None
+        if records is None:
+            return None
+        recorded = (records.scale or {}).get("dims")
         if recorded is None:
             return None
         try:
-            return ScaleDims.from_record(recorded, where=f"{records.directory}: scale.dims")  # type: ignore[union-attr]
+            return ScaleDims.from_record(recorded, where=f"{records.directory}: scale.dims")
         except ScaleConfigError as e:
             raise CheckpointError(str(e)) from e
 
@@ -88,7 +92,7 @@ class Scale(TrainingMethod):
                          f"not --method {name}")
 
     @classmethod
-    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | Path) -> None:
+    def check_entry(cls, entry: str, mine: Any, theirs: Any, where: str | os.PathLike[str]) -> None:
         """The geometry's record `mine` against the checkpoint's: another kind of model (plain GPT
         or SCALE) or another geometry, naming the first field that differs. The router's settings
         are recorded as the checkpoint's default, and the training settings (which output rows
@@ -114,7 +118,7 @@ class Scale(TrainingMethod):
         """The geometry the --scale-* flags resolve to on the base; from a SCALE checkpoint its
         recorded geometry itself, each --scale-* flag given compared with it (refused by name), but
         --scale-output-rows, --scale-gate-* and --scale-base-backward, training settings a run may change."""
-        variant = given_.name.removeprefix("scale-")
+        variant = VARIANT_OF[given_.name]
         settings, tp = given(given_.flags.scale), given_.tp
         base = given_.arch.transformer_config(tp)
         dims = cls.recorded_dims(given_.records)

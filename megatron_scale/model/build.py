@@ -19,7 +19,7 @@ the base blocks hold random values and every block that touches the base path is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from megatron_scale import _mcore as mc
 from megatron_scale.scale_config import ScaleConfig, ScaleDims
@@ -85,7 +85,7 @@ class Kernels:
 class Buildable(Protocol):
     """What build_model asks of a training method (megatron_scale/methods/ implements it)."""
 
-    own_wgrad_fusion: bool
+    own_wgrad_fusion: ClassVar[bool]
     """Its linears accumulate weight gradients through Transformer Engine alone (no apex kernel)."""
 
     def model_layers(self, base_layers: int) -> int:

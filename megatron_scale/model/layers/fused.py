@@ -57,7 +57,7 @@ class UpscaledGemm(torch.autograd.Function):
     the interleaved output [.., m+m'] if `assemble`, else (y [.., m], y_up [.., m'])."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         x_full: torch.Tensor,
         weight: torch.Tensor,

@@ -26,14 +26,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.scale_config import check_router
+from megatron_scale.scale_config import ScaleDims, check_router
 from megatron_scale.model.layers.gate import gate
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
 from megatron_scale.model.layers.route_units import unit_starts
@@ -69,7 +69,7 @@ class _VocabParallel(nn.Module):
     def _mark(self, p: nn.Parameter) -> None:
         # the expansion tables are the model's trainable embedding and output parameters: the
         # ones megatron-core's --decoupled-lr (OptimizerConfig.decoupled_lr) gives their own LR
-        p.is_embedding_or_output_parameter = True  # type: ignore[attr-defined]
+        p.is_embedding_or_output_parameter = True  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
         if self.tp_size > 1:
             mc.tensor_parallel.set_tensor_model_parallel_attributes(p, is_parallel=True, dim=0, stride=1)
 
@@ -87,7 +87,7 @@ class ScaleVocabParallelEmbedding(_VocabParallel):
         self.reduce_scatter_embeddings = reduce_scatter_embeddings
         self.weight = _table(self.vocab_local, base_dim, config, trainable=False)
         self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
-        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
         self._mark(self.weight_up)
 
     def forward(self, input_: torch.Tensor) -> torch.Tensor:
@@ -113,6 +113,8 @@ class ScaleOutputLayer(_VocabParallel):
     """Replaces GPTModel.output_layer. Per rank: weight [V/tp, d] (frozen; None when tied to the
     embedding, which GPTModel then passes in), weight_up [V/tp, d']; forward [s, b, d + d'] ->
     logits [s, b, V/tp] (or [s, b, V] when gathered)."""
+
+    route_counts: torch.Tensor  # a buffer (register_buffer below): [preserved, routed] tokens
 
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
@@ -141,7 +143,7 @@ class ScaleOutputLayer(_VocabParallel):
         self.captured: tuple[torch.Tensor, torch.Tensor] | None = None
         self.weight = None if tied else _table(self.vocab_local, base_dim, config, trainable=False)
         if self.weight is not None:
-            self.weight.scale_frozen = True  # type: ignore[attr-defined]
+            self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
         self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
         self._mark(self.weight_up)
         self.register_buffer("route_counts", torch.zeros(2, dtype=torch.float64, device=param_device(config)),
@@ -220,7 +222,16 @@ class ScaleOutputLayer(_VocabParallel):
         return self._vocab_sharded(prefix, tensors, sharded_offsets, metadata)
 
 
-def output_layers(model: nn.Module) -> list[ScaleOutputLayer]:
+class ScaleModel(Protocol):
+    """What the router settings read and write of a SCALE model (model/build.py's ScaleGPTModel,
+    which the layers do not import): its geometry and its modules."""
+
+    scale_dims: ScaleDims
+
+    def modules(self) -> Iterator[nn.Module]: ...
+
+
+def output_layers(model: nn.Module | ScaleModel) -> list[ScaleOutputLayer]:
     return [m for m in model.modules() if isinstance(m, ScaleOutputLayer)]
 
 
@@ -262,7 +273,7 @@ def router_settings(
             layer.tau, layer.statistic, layer.direction, layer.unit = t, s, d, u
 
 
-def set_router_default(model: nn.Module, tau: float, statistic: str, direction: str = "above",
+def set_router_default(model: ScaleModel, tau: float, statistic: str, direction: str = "above",
                        unit: str | None = None) -> None:
     """Make (tau, statistic, direction, unit) the model's router default: what it routes with and
     what the checkpoints it saves record (scale.dims). unit None: keep the model's."""

@@ -46,9 +46,9 @@ def _param(shape: tuple[int, int], config: Any, trainable: bool) -> nn.Parameter
 def mark_tp(param: nn.Parameter, dim: int, is_parallel: bool = True) -> None:
     """Tell megatron-core (grad-norm, distributed optimizer) whether this tensor is a TP shard.
     Set directly: Transformer Engine has already marked its own weights (as its dim 0)."""
-    param.tensor_model_parallel = is_parallel  # type: ignore[attr-defined]
-    param.partition_dim = dim  # type: ignore[attr-defined]
-    param.partition_stride = 1  # type: ignore[attr-defined]
+    param.tensor_model_parallel = is_parallel  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
+    param.partition_dim = dim  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
+    param.partition_stride = 1  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
 
 
 class _UpscaledLinear(nn.Module):
@@ -96,7 +96,7 @@ class _UpscaledLinear(nn.Module):
             with torch.no_grad():
                 self.weight_12.zero_()
         self.weight.requires_grad_(False)
-        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
 
     def _make_weights(self, n: int, n_up: int, m: int, m_up: int, init_method: Callable[[torch.Tensor], None]) -> None:
         """W, weight_up and W12 as parameters of this module (the local backend)."""

@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,16 @@ def is_lora_key(key: str) -> bool:
 class _LoraLinear:
     """The low-rank path shared by both parallel variants (mixed into megatron-core's classes)."""
 
+    # what it reads of megatron-core's ColumnParallelLinear / RowParallelLinear, the torch modules it
+    # is mixed into (declared here: megatron-core ships no type information)
+    config: Any
+    is_expert: bool
+    weight: nn.Parameter | None
+    tp_group: Any
+    input_size: int
+    training: bool
+    state_dict: Callable[..., dict[str, Any]]
+
     lora: LoraSettings
     lora_a: nn.Parameter
     lora_b: nn.Parameter
@@ -91,17 +102,17 @@ class _LoraLinear:
 
     def _setup_lora(self, lora: LoraSettings, a_local: tuple[int, int], b_local: tuple[int, int],
                     a_split: int | None, b_split: int | None) -> None:
-        cfg = self.config  # type: ignore[attr-defined]
+        cfg = self.config
         if cfg.sequence_parallel:
             raise NotImplementedError("LoRA linears do not support sequence parallelism")
-        if self.is_expert:  # type: ignore[attr-defined]
+        if self.is_expert:
             raise NotImplementedError("LoRA linears do not support mixture-of-experts layers")
-        if self.weight is None:  # type: ignore[attr-defined]
+        if self.weight is None:
             raise ValueError("LoRA linears own their base weight (skip_weight_param_allocation=False)")
         self.lora = lora
         self._a_split = a_split
-        self._tp_size = mc.get_pg_size(self.tp_group)  # type: ignore[attr-defined]
-        self._tp_rank = mc.get_pg_rank(self.tp_group)  # type: ignore[attr-defined]
+        self._tp_size = mc.get_pg_size(self.tp_group)
+        self._tp_rank = mc.get_pg_rank(self.tp_group)
         dev, dtype = param_device(cfg), cfg.params_dtype
         self.lora_a = nn.Parameter(torch.empty(a_local, device=dev, dtype=dtype))
         self.lora_b = nn.Parameter(torch.empty(b_local, device=dev, dtype=dtype))
@@ -113,7 +124,7 @@ class _LoraLinear:
     @torch.no_grad()
     def reset_lora_parameters(self, seed: int) -> None:
         """A from a generator seeded by `seed`, drawn whole and sliced to this rank; B = 0."""
-        n = self.input_size  # type: ignore[attr-defined]
+        n = self.input_size
         g = torch.Generator().manual_seed(seed)
         full = (torch.rand(self.lora.rank, n, generator=g, dtype=torch.float64) * 2 - 1) / math.sqrt(n)
         if self._a_split is not None:
@@ -124,7 +135,7 @@ class _LoraLinear:
 
     def _dropout(self, x: torch.Tensor) -> torch.Tensor:
         p = self.lora.dropout
-        if p == 0.0 or not self.training:  # type: ignore[attr-defined]
+        if p == 0.0 or not self.training:
             return x
         if self._a_split is None:  # replicated input: the same mask on every TP rank
             return F.dropout(x, p, True)
@@ -133,14 +144,15 @@ class _LoraLinear:
 
     def _lora_sharded(self, prefix: str, sharded_offsets: tuple, metadata: dict | None,
                       axis_map: dict[str, int]) -> dict:
-        state = self.state_dict(prefix="", keep_vars=True)  # type: ignore[attr-defined]
+        state = self.state_dict(prefix="", keep_vars=True)
         return mc.make_sharded_tensors_for_checkpoint(
             state, prefix, axis_map, sharded_offsets,
-            tp_group=self.tp_group, dp_cp_group=dp_group(metadata),  # type: ignore[attr-defined]
+            tp_group=self.tp_group, dp_cp_group=dp_group(metadata),
         )
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, lora_rank={self.lora.rank}, lora_alpha={self.lora.alpha}"  # type: ignore[misc]
+        # super(): the megatron-core linear this is mixed into, which the mixin's type does not know
+        return f"{super().extra_repr()}, lora_rank={self.lora.rank}, lora_alpha={self.lora.alpha}"  # type: ignore[misc]  # see above
 
 
 class LoraColumnParallelLinear(_LoraLinear, mc.ColumnParallelLinear):
@@ -243,16 +255,16 @@ def lora_linears(model: nn.Module) -> list[tuple[str, _LoraLinear]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, _LoraLinear)]
 
 
-def init_lora_model(model: nn.Module, lora: LoraSettings) -> None:
+def init_lora_model(model: mc.GPTModel, lora: LoraSettings) -> None:
     """Finish a GPTModel built from `lora_layer_spec`: freeze everything but the adapters
     (embedding, output layer and its tied copy, norms, base weights) and draw each A from its own
     stream, keyed by the global layer number, so every TP/PP layout starts from the same adapters."""
     found = 0
-    for layer in model.decoder.layers:  # type: ignore[union-attr]
+    for layer in model.decoder.layers:
         for path, module in lora_linears(layer):
             module.reset_lora_parameters(_stream_seed(lora.seed, layer.layer_number, path))
             found += 1
-    if found != len(TARGETS) * len(model.decoder.layers):  # type: ignore[union-attr]
+    if found != len(TARGETS) * len(model.decoder.layers):
         raise ValueError(f"LoRA: expected {len(TARGETS)} LoRA linears per layer, found {found} in all")
     for name, p in model.named_parameters():
         p.requires_grad_(name.rsplit(".", 1)[-1] in LORA_PARAMS)

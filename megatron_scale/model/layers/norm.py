@@ -42,9 +42,9 @@ class SplitRMSNorm(nn.Module):
         kw = {"dtype": config.params_dtype, "device": param_device(config)}
         self.weight = nn.Parameter(torch.ones(base_hidden, **kw), requires_grad=False)
         self.weight_up = nn.Parameter(torch.ones(hidden_size - base_hidden, **kw))
-        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
         for p in (self.weight, self.weight_up):
-            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         d = self.base_hidden
@@ -88,7 +88,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         kw = {"dtype": config.params_dtype, "device": param_device(config)}
         self.weight = nn.Parameter(torch.ones(hidden_size, **kw))
-        self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+        self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(hidden, (hidden.shape[-1],), self.weight, self.eps)

@@ -103,7 +103,7 @@ def scope_output_rows(layers: Sequence[Any], rows: torch.Tensor) -> int:
         if getattr(layer, "row_scope", None) is not None:
             raise ValueError("--scale-output-rows: the output rows are scoped already")
         local = rows[layer.vocab_start_index : layer.vocab_end_index].to(layer.weight_up.device)
-        layer.row_scope = local  # type: ignore[attr-defined]
+        layer.row_scope = local
         keep = local.unsqueeze(-1)
         layer.weight_up.register_hook(lambda g, keep=keep: g.masked_fill(~keep, 0))
     return int(rows.sum())

@@ -26,6 +26,7 @@ load, so a TP=2 checkpoint loads at TP=1.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -174,7 +175,7 @@ def expansion_sharded_state_dict(
 
 def blocks_sharded_state_dict(
     prefix: str,
-    blocks: dict[str, torch.Tensor | None],
+    blocks: Mapping[str, torch.Tensor | None],
     split: BlockSplit,
     tp_rank: int,
     tp_size: int,
@@ -233,7 +234,7 @@ class _NewFeaturesRegion(torch.autograd.Function):
     and hands zeros for the first n (megatron-core's own collectives, called on the new columns)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, x: torch.Tensor, n: int, sequence_parallel: bool, group: Any
     ) -> torch.Tensor:
         ctx.n, ctx.sequence_parallel, ctx.group = n, sequence_parallel, group

@@ -88,7 +88,7 @@ class SDPAttention(mc.DotProductAttention):
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         return mask_type == mc.AttnMaskType.causal
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         query: torch.Tensor,
         key: torch.Tensor,

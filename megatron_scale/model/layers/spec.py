@@ -18,6 +18,7 @@ runs the base heads apart, without autograd (split_attention.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -39,7 +40,7 @@ class ScaleBackend:
     row_linear: type = ScaleRowParallelLinear
     norm: type = SplitRMSNorm
     core_attention: type = mc.DotProductAttention
-    mlp: type = mc.MLP
+    mlp: type[mc.MLP] = mc.MLP
     """The MLP module (megatron-core's; te_fused.py's ScaleTEMLP reads fc1's halves apart)."""
     norm_in_linear: bool = False
     """The split norms live inside linear_qkv / linear_fc1 (te_fused.py), as megatron-core's TE spec
@@ -116,7 +117,7 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     norm = partial(backend.norm, base_hidden=dims.hidden, skip_base_grad=skip)
     kw: dict[str, Any] = {"fuse_wgrad_accumulation": True} if backend.wgrad_fusion else {}
     kw["skip_base_grad"] = skip
-    attend = backend.core_attention
+    attend: Callable[..., Any] = backend.core_attention
     if skip:
         attend = partial(BaseHeadsApart, inner=attend, base_heads=dims.heads, base_groups=dims.groups)
     attention = mc.ModuleSpec(

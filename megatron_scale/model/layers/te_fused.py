@@ -126,7 +126,7 @@ class _NormColumn(torch.autograd.Function):
     """hidden [.., d + d'] -> split norm -> (gather) -> y [.., m], y_up [.., m'] (joined if c.assemble)."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, g: torch.Tensor, g_up: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
+    def forward(ctx: Any, hidden: torch.Tensor, g: torch.Tensor, g_up: torch.Tensor, w: torch.Tensor,
                 w21: torch.Tensor, w22: torch.Tensor, w12: torch.Tensor | None, c: _Call) -> Any:
         ops, d = c.ops, g.shape[0]
         h2 = hidden.reshape(-1, hidden.shape[-1])
@@ -155,12 +155,16 @@ class _NormColumn(torch.autograd.Function):
         c, m = ctx.c, ctx.m
         base_needed = not c.skip or w12 is not None
         if c.assemble:
-            g2 = grads[0].reshape(-1, grads[0].shape[-1])
+            (grad_out,) = grads
+            assert grad_out is not None  # the node's one output: autograd calls backward with its gradient
+            g2 = grad_out.reshape(-1, grad_out.shape[-1])
             dy = g2[:, :m].contiguous() if base_needed else None
             dy_up = g2[:, m:].contiguous()
         else:
-            dy = grads[0].reshape(-1, m).contiguous() if grads[0] is not None and base_needed else None
-            dy_up = grads[1].reshape(-1, w21.shape[0]).contiguous()
+            grad_y, grad_up = grads
+            assert grad_up is not None  # y_up feeds the new rows' path, always read (ScaleTEMLP)
+            dy = grad_y.reshape(-1, m).contiguous() if grad_y is not None and base_needed else None
+            dy_up = grad_up.reshape(-1, w21.shape[0]).contiguous()
         gw21, gw22 = _wgrad(c, ln, dy_up, w21), _wgrad(c, ln_up, dy_up, w22)
         gw12 = _wgrad(c, ln_up, dy, w12) if w12 is not None and dy is not None else None
         d_up = _dgrad(c, w22, dy_up)
@@ -185,7 +189,7 @@ class _Row(torch.autograd.Function):
     then [W21 W22]) -> [.., m + m'], y and y_up reduced apart."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, x_up: torch.Tensor | None, w: torch.Tensor, w_up: torch.Tensor,  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, x_up: torch.Tensor | None, w: torch.Tensor, w_up: torch.Tensor,
                 w22: torch.Tensor | None, w12: torch.Tensor | None, c: _Call) -> Any:
         n, m = w.shape[1], w.shape[0]
         lead = x.shape[:-1]
@@ -196,12 +200,14 @@ class _Row(torch.autograd.Function):
             y_up = _fwd(c, w_up, xf)
             saved = (xf, xu)
         else:
+            assert w22 is not None  # x_up given: the new rows are W21 and W22 apart (ScaleTERowParallelLinear)
             xf, xu = x.reshape(-1, n), x_up.reshape(-1, x_up.shape[-1])
             y = _fwd(c, w, xf)
             y_up = _fwd(c, w_up, xf)
             _fwd(c, w22, xu, out=y_up)
             saved = (xf, xu)
         if w12 is not None:
+            assert xu is not None  # made above wherever W12 exists
             _fwd(c, w12, xu, out=y)
         ctx.save_for_backward(*saved, w, w_up, w22, w12)
         ctx.c, ctx.shapes, ctx.whole = c, (x.shape, None if x_up is None else x_up.shape), x_up is None
@@ -214,9 +220,13 @@ class _Row(torch.autograd.Function):
         c, m, n = ctx.c, w.shape[0], w.shape[1]
         g2 = grad.reshape(-1, grad.shape[-1])
         base_needed = not c.skip or w12 is not None
+        # dy exists wherever it is read below: without the skip, or with W12 (which the skip refuses)
         dy = _gather(g2[:, :m].contiguous(), c) if base_needed else None
         dy_up = _gather(g2[:, m:].contiguous(), c)
-        gw12 = _wgrad(c, xu, dy, w12) if w12 is not None else None
+        gw12 = None
+        if w12 is not None:
+            assert dy is not None
+            gw12 = _wgrad(c, xu, dy, w12)
         if ctx.whole:
             gw_up = _wgrad(c, xf, dy_up, w_up)
             if c.skip:  # dx_up = dy_up W22 only: W22 copied contiguous (m' x n', no activation's size)
@@ -224,28 +234,32 @@ class _Row(torch.autograd.Function):
                 dx[:, :n].zero_()
                 dx[:, n:].copy_(_dgrad(c, w_up[:, n:].contiguous(), dy_up))
             else:
+                assert dy is not None
                 dx = _dgrad(c, w_up, dy_up)  # [dx; dx_up] from the new rows, one buffer
                 dx[:, :n].add_(_dgrad(c, w, dy))
             if w12 is not None:
+                assert dy is not None
                 dx[:, n:].add_(_dgrad(c, w12, dy))
             return dx.view(ctx.shapes[0]), None, None, gw_up, None, gw12, None
         gw21, gw22 = _wgrad(c, xf, dy_up, w_up), _wgrad(c, xu, dy_up, w22)
         dx_up = _dgrad(c, w22, dy_up)
         if w12 is not None:
+            assert dy is not None
             _dgrad(c, w12, dy, out=dx_up)
-        dx = None
+        dx_base: torch.Tensor | None = None
         if not c.skip:
-            dx = _dgrad(c, w_up, dy_up)
-            _dgrad(c, w, dy, out=dx)
-            dx = dx.view(ctx.shapes[0])
-        return dx, dx_up.view(ctx.shapes[1]), None, gw21, gw22, gw12, None
+            assert dy is not None
+            dx_base = _dgrad(c, w_up, dy_up)
+            _dgrad(c, w, dy, out=dx_base)
+            dx_base = dx_base.view(ctx.shapes[0])
+        return dx_base, dx_up.view(ctx.shapes[1]), None, gw21, gw22, gw12, None
 
 
 class _SwiGLUPair(torch.autograd.Function):
     """(y [.., 2f], y_up [.., 2f']) -> TE's SwiGLU of each: (a [.., f], a_up [.., f'])."""
 
     @staticmethod
-    def forward(ctx: Any, y: torch.Tensor, y_up: torch.Tensor, ops: Any) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, y: torch.Tensor, y_up: torch.Tensor, ops: Any) -> Any:
         ctx.save_for_backward(y, y_up)
         ctx.ops = ops
         ctx.set_materialize_grads(False)
@@ -289,7 +303,7 @@ class _FusedLinear(nn.Module):
         self.tp_size, self.tp_rank = mc.get_pg_size(self.tp_group), mc.get_pg_rank(self.tp_group)
         n, n_up, m, m_up = split.local(self.tp_size)
         self.weight = _param((m, n), config, trainable=False)
-        self.weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
         self.whole_up = whole_up
         if whole_up:
             self.weight_up = _param((m_up, n + n_up), config, trainable=True)
@@ -303,9 +317,9 @@ class _FusedLinear(nn.Module):
             for p in blocks:
                 init_method(p)
         if self.tp_size > 1:
-            for p in [*blocks, self.weight_12]:
-                if p is not None:
-                    mark_tp(p, split.tp_axis)
+            for block in [*blocks, self.weight_12]:
+                if block is not None:
+                    mark_tp(block, split.tp_axis)
         self.ops = te_functional()
         self._call = _Call(ops=self.ops, group=self.tp_group, tp=self.tp_size, sp=bool(config.sequence_parallel),
                            skip=skip_base_grad, fuse=fuse_wgrad_accumulation or bool(config.gradient_accumulation_fusion),
@@ -356,9 +370,9 @@ class ScaleTENormColumnLinear(_FusedLinear):
                          fuse_wgrad_accumulation=fuse_wgrad_accumulation, skip_base_grad=skip_base_grad)
         self.layer_norm_weight = _param((split.in_base,), config, trainable=False, fill=1.0)
         self.layer_norm_weight_up = _param((split.in_up,), config, trainable=True, fill=1.0)
-        self.layer_norm_weight.scale_frozen = True  # type: ignore[attr-defined]
+        self.layer_norm_weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
         for p in (self.layer_norm_weight, self.layer_norm_weight_up):
-            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
 
     def _node(self, hidden: torch.Tensor, assemble: bool) -> Any:
         w21, w22 = self._up_blocks()

@@ -43,7 +43,7 @@ Only the GEMM-composition code here can run without a GPU (tests/model/layers/te
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -66,7 +66,7 @@ class _NewFeaturesGrad(torch.autograd.Function):
     TE node (its weight gradient), [0, dy_up W22] to x_full."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, y_up: torch.Tensor, x_full: torch.Tensor, weight_up: torch.Tensor, n: int
     ) -> torch.Tensor:
         ctx.save_for_backward(weight_up)
@@ -84,12 +84,20 @@ class _NewFeaturesGrad(torch.autograd.Function):
         return dy_up, grad_x, None, None
 
 
+class _Gemm(Protocol):
+    """What the blocks use of a transformer_engine.pytorch.Linear (TE ships no type information)."""
+
+    weight: nn.Parameter
+
+    def __call__(self, inp: torch.Tensor, *, is_first_microbatch: bool | None = None) -> torch.Tensor: ...
+
+
 def _zero(t: torch.Tensor) -> None:
     with torch.no_grad():
         t.zero_()
 
 
-class _TEBlocks:
+class _TEBlocks(nn.Module):
     """Mixin over the local classes: the blocks live in TE Linear modules (module docstring)."""
 
     config: Any
@@ -97,9 +105,9 @@ class _TEBlocks:
     tp_size: int
     in_local: int
     skip_base_grad: bool
-    base_gemm: nn.Module
-    up_gemm: nn.Module
-    w12_gemm: nn.Module | None
+    base_gemm: _Gemm
+    up_gemm: _Gemm
+    w12_gemm: _Gemm | None
 
     def __init__(self, *args: Any, fuse_wgrad_accumulation: bool = False, **kwargs: Any) -> None:
         # TE's own gradient-accumulation fusion, asked for by the spec (ScaleBackend.wgrad_fusion)
@@ -119,7 +127,7 @@ class _TEBlocks:
                 )
         te = te_pytorch()
 
-        def linear(inp: int, out: int, init: Callable[[torch.Tensor], None]) -> nn.Module:
+        def linear(inp: int, out: int, init: Callable[[torch.Tensor], None]) -> _Gemm:
             return te.Linear(
                 inp, out, bias=False, params_dtype=cfg.params_dtype, device=param_device(cfg),
                 init_method=init, parallel_mode=None, tp_size=1, sequence_parallel=False,
@@ -184,12 +192,15 @@ class _TEBlocks:
             if getattr(self, name) is not None:
                 state_dict.setdefault(f"{prefix}{name}._extra_state", torch.empty(0, dtype=torch.uint8))
         self._base_recasts = 0
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
-class ScaleTEColumnParallelLinear(_TEBlocks, ScaleColumnParallelLinear):
+# The override ignores below: the local classes' weights are attributes their _make_weights assigns;
+# here they are read-only views of the TE blocks' weights, and _TEBlocks overrides _make_weights, so
+# nothing assigns them (mypy cannot see that an override removes the only writer).
+class ScaleTEColumnParallelLinear(_TEBlocks, ScaleColumnParallelLinear):  # type: ignore[override]  # see above
     """ScaleColumnParallelLinear with TE GEMMs (linear_qkv, linear_fc1)."""
 
 
-class ScaleTERowParallelLinear(_TEBlocks, ScaleRowParallelLinear):
+class ScaleTERowParallelLinear(_TEBlocks, ScaleRowParallelLinear):  # type: ignore[override]  # see above
     """ScaleRowParallelLinear with TE GEMMs (linear_proj, linear_fc2)."""

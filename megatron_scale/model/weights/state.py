@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from megatron_scale import _mcore as mc
 
@@ -55,7 +54,7 @@ def _index(st: Any) -> tuple:
     )
 
 
-def built_sharded_state_dict(model: nn.Module) -> tuple[dict, dict]:
+def built_sharded_state_dict(model: mc.MegatronModule) -> tuple[dict, dict]:
     """(sharded state dict with factories applied, the factories by top-level key)."""
     ssd = model.sharded_state_dict()
     factories = {k: v for k, v in ssd.items() if isinstance(v, mc.ShardedTensorFactory)}
@@ -67,7 +66,7 @@ def _build(leaf: Any) -> Any:
     return leaf.build() if isinstance(leaf, mc.ShardedTensorFactory) else leaf
 
 
-def sharded_tensors(model: nn.Module, sharded: dict | None = None) -> Iterator[tuple[str, Any]]:
+def sharded_tensors(model: mc.MegatronModule, sharded: dict | None = None) -> Iterator[tuple[str, Any]]:
     """(state-dict key, ShardedTensor) for every tensor shard this rank holds. `sharded`: the
     model's sharded state dict, already built by the caller (it is left as it is: factories are
     built on the side, so dist_checkpointing can still save or load it)."""
@@ -78,7 +77,7 @@ def sharded_tensors(model: nn.Module, sharded: dict | None = None) -> Iterator[t
                 yield k, leaf
 
 
-def global_state_dict(model: nn.Module, group: dist.ProcessGroup | None = None) -> dict[str, torch.Tensor]:
+def global_state_dict(model: mc.MegatronModule, group: dist.ProcessGroup | None = None) -> dict[str, torch.Tensor]:
     """Full tensors by checkpoint key, identical on every rank of `group` (default: world)."""
     mine = [
         (st.key, tuple(st.global_shape), _index(st), st.data.detach().cpu().clone())
@@ -98,7 +97,7 @@ def global_state_dict(model: nn.Module, group: dist.ProcessGroup | None = None) 
     return out
 
 
-def load_global_state_dict(model: nn.Module, state: dict[str, torch.Tensor], strict: bool = True) -> list[str]:
+def load_global_state_dict(model: mc.MegatronModule, state: dict[str, torch.Tensor], strict: bool = True) -> list[str]:
     """Load full tensors into this rank's shards. Returns the checkpoint keys not found in
     `state` (an error when strict). Shapes must match the model's global shapes exactly."""
     ssd, factories = built_sharded_state_dict(model)
