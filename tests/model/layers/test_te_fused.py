@@ -305,9 +305,13 @@ def _in_process(rank: int, world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     state = _tiny.base_state_dict(tied=False)
     cfg = _tiny.base_config(1)
-    fused = _tiny.build_scale(cfg, ScaleConfig(variant="preserve"), False, state, backend=backend)
+    # the composition's own nodes with the full backward; the skip's (the default) beside them: its
+    # attention runs the base heads apart (split_attention.py) and joins them to the new ones
+    fused = _tiny.build_scale(cfg, ScaleConfig(variant="preserve", base_backward="full"), False, state, backend=backend)
+    skipping = _tiny.build_scale(cfg, ScaleConfig(variant="preserve"), False, state, backend=backend)
     dense = _tiny.build_base(cfg, False, state)
     out["fused_nodes"] = _layer_nodes(fused, fused.config.hidden_size)
+    out["skip_nodes"] = _layer_nodes(skipping, skipping.config.hidden_size)
     out["dense_nodes"] = _layer_nodes(dense, _tiny.HIDDEN)
     x = torch.randn(4, _tiny.HIDDEN, device=_tiny.device(), requires_grad=True)
     out["norm_nodes"] = _nodes(RMSNorm(cfg, _tiny.HIDDEN).to(_tiny.device())(x), x)
@@ -355,6 +359,9 @@ def test_a_fused_layer_has_no_more_autograd_nodes_than_the_dense_te_layer(one_ra
     assert fused.count("_SwiGLUPairBackward") == 1
     assert not {"SliceBackward0", "CatBackward0", "SplitBackward0"} & set(fused) - set(dense), sorted(fused)
     assert len(fused) <= len(dense) - 2 * len(norm), (len(fused), len(dense), len(norm), sorted(fused), sorted(dense))
+    # with the skip: one join of the base heads' output to the new heads', and still no more nodes
+    skip = one_rank["skip_nodes"]
+    assert skip.count("CatBackward0") == 1 and len(skip) <= len(dense) - 2 * len(norm), (len(skip), sorted(skip))
 
 
 def test_weight_gradients_fuse_into_main_grad(one_rank: dict) -> None:
