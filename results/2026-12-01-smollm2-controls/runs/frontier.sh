@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The SmolLM2 frontier with this folder's controls (issue 61: C1 the vocabulary splice, C2 the rows
+# at minimal width, C3 full fine-tuning 1e-5 at seeds 1235 and 1236) beside v2's curves (--prior)
+# and the 2026-11-29 LR grid's. bash frontier.sh [OUT] from the repository root; a control not run
+# yet is skipped, saying so.
+set -euo pipefail
+OUT=${1:-results/2026-12-01-smollm2-controls}
+: "${F:=$(dirname "$0")/fr}" "${PYTHON:=.venv/bin/python}"
+G=results/2026-11-29-smollm2-lr-grid/runs/fr
+runs=()
+add() {  # NAME=FOLDER:METHOD:LR:SEED, FOLDER holding runs/*/metrics.jsonl
+  local folder=${1#*=}; folder=${folder%%:*}
+  compgen -G "$folder/runs/*/metrics.jsonl" > /dev/null || { echo "skip ${1%%=*} (not run)" >&2; return 0; }
+  runs+=("$1")
+}
+add "full=$G/full1e-5:full:1e-5:1234"
+add "full=$F/full1e-5-s1235:full:1e-5:1235"
+add "full=$F/full1e-5-s1236:full:1e-5:1236"
+add "vocab-splice-full=$F/splice-full1e-4/splice:full:1e-4:1234"
+add "vocab-splice-full=$F/splice-full1e-5/splice:full:1e-5:1234"
+add "scale-preserve-hangul-rows-min-width=$F/rows3e-3-min:scale-preserve:3e-3:1234"
+"$PYTHON" tools/recipe_frontier.py --out "$OUT" --prior results/2026-11-28-smollm2-frontier-v2 \
+  --old en en_modern en_passages --new ko --also-new ko_legal --levels 0.05 0.1 0.2 \
+  --pair vocab-splice-full full --pair scale-preserve-hangul-rows vocab-splice-full \
+  --pair scale-preserve-hangul-rows-min-width scale-preserve-hangul-rows -- "${runs[@]}"
