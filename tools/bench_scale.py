@@ -304,7 +304,8 @@ def _time_worker(a: argparse.Namespace, methods: list[str] | None = None) -> lis
     for m, (module, _, params, opt) in built.items():
         out.append({**({"gemm_s": prof[m]["classes"]["gemm"], "profile": prof[m]} if prof else {}),
             **({"peak_bytes": peak} if methods else {}), "device": device,
-            "scope": a.scope, "method": m, "step_s": statistics.median(walls[m]), "times_s": walls[m],
+            "scope": a.scope, "method": m, "base_backward": "skip" if _skips(m) else "full",
+            "step_s": statistics.median(walls[m]), "times_s": walls[m],
             "cpu_s": statistics.median(cpus[m]), "tokens": a.seq * a.batch * a.microbatches,
             "host_s": statistics.median(hosts[m]), "device_s": statistics.median(devices[m]) if devices[m] else None,
             "grad_bytes": opt.grad_bytes() if hasattr(opt, "grad_bytes") else sum(
@@ -363,11 +364,18 @@ def _shape(a: argparse.Namespace) -> Any:
     )
 
 
-def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
+def _skips(method: str) -> bool:
+    """Whether a method's backward skips the frozen base stream (issue 62)."""
+    return method.startswith("preserve") and method not in FULL_BACKWARD
+
+
+def _predicted(a: argparse.Namespace, scope: str, method: str, skip: bool | None = None) -> int:
+    """The FLOP model's count for one step of `method`; `skip` (default: what this bench runs) says
+    whether the base stream's backward is skipped."""
     from megatron_scale.model import flops
 
     shape = _shape(a)
-    skip = method.startswith("preserve") and method not in FULL_BACKWARD
+    skip = _skips(method) if skip is None else skip
     # the gate's statistic and the rows' hook: O(V) per token
     method = "preserve" if method in VARIANTS or method == "preserve_full" else method
     if scope == "layer":
@@ -378,10 +386,12 @@ def _predicted(a: argparse.Namespace, scope: str, method: str) -> int:
 
 def mfu(a: argparse.Namespace, scope: str, method: str, r: dict[str, Any], causal: bool = False) -> float:
     """Model FLOPs utilisation of one timed row: the FLOP model's FLOPs per second over --peak-tflops
-    (attention over the full s x s; `causal`: that term halved, Megatron-LM's convention)."""
+    (attention over the full s x s; `causal`: that term halved, Megatron-LM's convention). The
+    row's own `base_backward` says what ran; a file written before issue 62 has none, and its
+    Preserve ran the full backward (there was no skip)."""
     from megatron_scale.model import flops
 
-    predicted = _predicted(a, scope, method)
+    predicted = _predicted(a, scope, method, skip=r.get("base_backward", "full") == "skip")
     if causal:
         shape = _shape(a)
         heads = shape.heads + (shape.heads_up if method not in ("full_ft",) else 0)

@@ -20,7 +20,7 @@ and `spliced_loss` are exactly equal (test: tests/evaluation/test_splice.py, on 
 
 `splice_run` scores a run's saved checkpoints (iter_*) against its base checkpoint on the windows
 its start record names (training's evaluation windows: --eval-data-path, --seq-length,
---eval-iters x --global-batch-size, --eval-seed; route_eval/stored.py eval_windows) and writes a
+--eval-iters x --global-batch-size, --eval-seed; evaluation/route_records.py eval_windows) and writes a
 metrics.jsonl a frontier reads as it reads a run's (reports/recipe_frontier.py): the run's start
 record, then eval/<set> records at iteration 0 (the base) and at each checkpoint's iteration. Two
 checks make the windows the run's: the base's own loss equals the run's iteration-0 evaluation, and

@@ -70,7 +70,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     ko = torch.tensor(_unit_vocab.encode("한국어 문장 세계 한국어 장 " * 3, pieces)[:20]).view(2, 10)
     en = torch.tensor(_unit_vocab.encode("hello, the words of a world: aloud!", pieces)[:20]).view(2, 10)
     windows = {"EN": en, "KO": ko}
-    monkeypatch.setattr("megatron_scale.route_eval.stored.eval_windows",
+    monkeypatch.setattr("megatron_scale.evaluation.route_records.eval_windows",
                         lambda prefix, seq, samples, skip, seed, flag="": windows[prefix][:samples])
     models = {"base": _model(1), "iter_0000004": _model(2), "iter_0000008": _model(3)}
     folder = tmp_path / "train" / "full-seed1234"
