@@ -14,9 +14,12 @@ from megatron_scale.reports.recipe_frontier import Spec, runs_of, scores, sweep_
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _metrics(path: Path, evals: dict[int, dict[str, float]]) -> None:
+def _metrics(path: Path, evals: dict[int, dict[str, float]], start: dict | None = None) -> None:
+    """A run's metrics.jsonl: its start record (training/loop.py writes one; reach reads its tokens per
+    iteration), one training record, the evaluations."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [{"kind": "train", "iteration": 1, "lm_loss": 9.0}]
+    lines = [{"kind": "start", "iteration": 0, "global_batch_size": 2, "seq_length": 256, **(start or {})},
+             {"kind": "train", "iteration": 1, "lm_loss": 9.0}]
     for it, losses in evals.items():
         lines += [{"kind": f"eval/{name}", "iteration": it, "lm_loss": loss, "ppl": math.exp(loss)}
                   for name, loss in losses.items()]
@@ -142,9 +145,7 @@ def _tool():  # type: ignore[no-untyped-def]
 
 def _seeded(root: Path, method: str, seed: int, evals: dict[int, dict[str, float]], eval_seed: int = 1234) -> Path:
     path = root / "runs" / f"{method}-seed{seed}" / "metrics.jsonl"
-    _metrics(path, evals)
-    start = {"kind": "start", "iteration": 0, "seed": seed, "eval_seed": eval_seed, "seq_length": 256}
-    path.write_text(json.dumps(start) + "\n" + path.read_text())
+    _metrics(path, evals, start={"seed": seed, "eval_seed": eval_seed})
     return path
 
 
