@@ -19,6 +19,10 @@ from typing import Any
 
 from megatron_scale.model import flops
 
+TIMED_FIELDS = ("tflops_per_gpu", "tflops_per_gpu_causal", "mfu", "mfu_causal")
+"""The fields `StepFlops.rates` adds to a training record: step time over a FLOP count, so two equal
+runs differ in them as in their step times."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepFlops:

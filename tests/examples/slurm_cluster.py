@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from megatron_scale.training.throughput import TIMED_FIELDS
 from tests.examples.slurm_watchdog import start_time
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -257,7 +258,7 @@ class SlurmCluster:
             shutil.rmtree(self.munge_dir, ignore_errors=True)
 
 
-TIMING = {"step_time", "tokens_per_s", "start_iteration"}  # what may differ between two equal runs
+TIMING = {"step_time", "tokens_per_s", "start_iteration", *TIMED_FIELDS}  # what may differ between two equal runs
 
 
 def comparable_metrics(recs: list[dict], work: Path) -> list[dict]:
