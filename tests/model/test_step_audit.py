@@ -79,8 +79,9 @@ def _body(rank: int, world: int) -> dict[str, Any]:
         model(ids[:, :-1], pos, mask, labels=ids[:, 1:]).float().mean().backward()
 
     models = {name: build_model(args, m, kernels=kernels).to(dev) for name, m in _methods(args).items()}
-    for linear, backward in (("modules", "full"), ("fused", "full"), ("fused", "auto")):
-        models[f"te_{linear}" + ("_skip" if backward == "auto" else "")] = build_scale_gpt(
+    for name, linear, backward in (("te_modules", "modules", "full"), ("te_fused", "fused", "full"),
+                                   ("te_fused_skip", "fused", "auto")):
+        models[name] = build_scale_gpt(
             args.transformer_config(initialize=True), ScaleConfig(variant="preserve", init="normal", base_backward=backward),
             vocab_size=VOCAB, max_sequence_length=SEQ, backend=te_backend(core_attention=SDPAttention, linear=linear),
             position_embedding_type="rope").to(dev)
