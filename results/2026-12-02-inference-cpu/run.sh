@@ -7,7 +7,8 @@ set -euo pipefail
 : "${WORKDIR:?set WORKDIR to the work folder of the demo, runs/smollm2-korean by default}"
 : "${PYTHON:=python}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ckpt=$(ls -d "$WORKDIR"/runs/scale-preserve/iter_* | sort | tail -1)
+ckpt=$(find "$WORKDIR/runs/scale-preserve" -maxdepth 1 -name 'iter_*' -type d | sort | tail -1)
+[ -n "$ckpt" ] || { echo "run.sh: no iter_* checkpoint under $WORKDIR/runs/scale-preserve (run the demo first)" >&2; exit 2; }
 [ -d "$WORKDIR/hf/scale-preserve" ] || { echo "run.sh: $WORKDIR/hf/scale-preserve missing (run the demo first)" >&2; exit 2; }
 [ -d "$WORKDIR/hf/scale-preserve-fused" ] || OMP_NUM_THREADS=2 "$PYTHON" tools/convert_megatron_to_hf.py \
   --load "$ckpt" --save "$WORKDIR/hf/scale-preserve-fused" --tokenizer "$WORKDIR/models/smollm2-135m" --fused-view --no-progress
