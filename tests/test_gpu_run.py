@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,45 @@ def test_local_rehearsed_its_two_attention_columns_and_sdpas_profile(tmp_path: P
         d = json.loads((out / f"{name}.json").read_text())
         assert d["status"] == "done" and d["args"]["attention_backend"] == attention, name
     assert (out / "traces_sdpa.tgz").stat().st_size > 1000
+
+
+def test_perf1_rehearsed_its_rows_skipped_by_name_and_the_full_backward_beside_the_skip(tmp_path: Path) -> None:
+    """Issue 64's first perf call on CPU: the smoke test (TE's functional calls and a graph step), the
+    GPU tests collected, every TE/CUDA row skipped with its reason, and the rows that run on the local
+    path packed and tabled: Preserve at 2 microbatches on megatron-core's optimizer (the skipped base
+    backward, bench_scale's default) and Preserve with the full backward beside it."""
+    r, out, status = _run(tmp_path, "perf1", "--rehearse", "--budget", "3000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    te_rows = ("b1_modules", "b1_fused", "b1_fusions", "b1_graph", "b1_graph_modules", "b1_mbs4")
+    assert _phases(status) == {"install": "skipped", "smoke": "ok", "tests": "ok", **dict.fromkeys(te_rows, "skipped"),
+                               "b1_ga8": "ok", "b1_full_backward": "ok"}, status
+    notes = {p["name"]: p["note"] for p in status["phases"]}
+    assert all("needs Transformer Engine and CUDA" in notes[n] for n in te_rows), notes
+    with tarfile.open(out / "bench_1b.tgz") as tgz:
+        assert sorted(tgz.getnames()) == ["bench/b1_full_backward.json", "bench/b1_ga8.json"]
+        rows = {n: json.load(tgz.extractfile(n)) for n in tgz.getnames()}  # type: ignore[arg-type]
+    ran = {n: {(x["method"], x["base_backward"]) for x in d["results"]} for n, d in rows.items()}
+    assert ran == {"bench/b1_ga8.json": {("full_ft", "full"), ("preserve", "skip")},
+                   "bench/b1_full_backward.json": {("full_ft", "full"), ("preserve_full", "full")}}, ran
+    table = (out / "perf1.md").read_text()
+    assert "| b1_ga8 | preserve |" in table and "| b1_full_backward | preserve_full |" in table
+
+
+def test_perf2_rehearsed_the_training_entry_logs_its_throughput(tmp_path: Path) -> None:
+    """Issue 64's second perf call on CPU: the FP8 and 8B rows skipped by name, the random dataset made,
+    and the training entry run for full fine-tuning and Preserve with --peak-tflops: their metrics
+    files packed, each iteration's record carrying TFLOP/s and MFU (both attention conventions)."""
+    r, out, status = _run(tmp_path, "perf2", "--rehearse", "--budget", "3000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _phases(status) == {"install": "skipped", "b1_fp8": "skipped", "b8_bf16": "skipped", "b8_fp8": "skipped",
+                               "data": "ok", "train_full": "ok", "train_preserve": "ok"}, status
+    with tarfile.open(out / "train.tgz") as tgz:
+        assert sorted(tgz.getnames()) == ["train_full.jsonl", "train_preserve.jsonl"]
+        for name in tgz.getnames():
+            records = [json.loads(line) for line in tgz.extractfile(name)]  # type: ignore[union-attr]
+            timed = [x for x in records if "mfu" in x]
+            assert timed and all(x["mfu"] > 0 and x["mfu_causal"] > 0 and x["tflops_per_gpu"] > 0 for x in timed), name
+    assert "| train_full | 3 |" in (out / "perf2.md").read_text()
 
 
 def test_a_failed_smoke_test_stops_the_run_with_the_fallbacks(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@
 #        is exit 3; the fused or graph check failing drops those rows, saying so), the te_fused and
 #        graph GPU tests, then bench rows at Llama-3.2-1B's shape (seq 4096, TE bf16, full_ft against
 #        Preserve): today's composition, the one-node linears, + fusions, + CUDA graph, the graph without
-#        the one-node linears, 8 microbatches on the entry's optimizer, micro-batch 4, the skipped base
-#        backward (where bench_scale has it) -> bench_1b.tgz (the JSONs), perf1.md (one table)
+#        the one-node linears, 8 microbatches on the entry's optimizer, micro-batch 4, and Preserve with
+#        the full base backward (preserve_full: every other Preserve row skips it, bench_scale's default
+#        since issue 62) -> bench_1b.tgz (the JSONs), perf1.md (one table)
 # perf2  FP8 tensorwise at the 1B shape, bf16 and FP8 at Llama-3.1-8B's widths (16 layers, seq 8192,
 #        4 microbatches), then the training entry itself (random tokens, 12 iterations, GA 8, megatron-core's
 #        DDP and distributed optimizer, the fusions, whole-iteration CUDA graphs, --peak-tflops): full
@@ -52,14 +53,11 @@ perf_setup() {  # sets L, L8, b1 (the 1B bench line), b8, F (the fused and fusio
      --data-path "$W/data/rand_text_document" --split 100/0/0 --log-interval 1)
 }
 
-perf_row() {  # NAME LIMIT NEEDS(te|graph|fused|skip|-) BENCH-FLAGS...: one bench row into $W/bench/NAME.json
+perf_row() {  # NAME LIMIT NEEDS(te|graph|fused|-) BENCH-FLAGS...: one bench row into $W/bench/NAME.json
   local name=$1 limit=$2 needs=$3
   shift 3
-  if [ "$REHEARSE" = 1 ] && [ "$needs" != - ] && [ "$needs" != skip ]; then
+  if [ "$REHEARSE" = 1 ] && [ "$needs" != - ]; then
     skip "$name" "needs Transformer Engine and CUDA ($needs; --rehearse runs on the CPU)"; return
-  fi
-  if [ "$needs" = skip ] && ! grep -q -- "--scale-skip-base-backward" tools/bench_scale.py; then
-    skip "$name" "bench_scale.py has no --scale-skip-base-backward here (issue 62)"; return
   fi
   if [ "$needs" = graph ] && [ "${PERF_GRAPHS:-1}" != 1 ]; then skip "$name" "PERF_GRAPHS=0"; return; fi
   if [ "$needs" = fused ] && [ "${PERF_FUSED:-1}" != 1 ]; then skip "$name" "PERF_FUSED=0"; return; fi
@@ -102,15 +100,14 @@ run_perf1() {
   perf_row b1_fused 60 fused "${b1[@]}" --scale-te-linear fused
   perf_row b1_fusions 70 te "${b1[@]}" "${F[@]}"
   perf_row b1_graph 60 graph "${b1[@]}" "${F[@]}" "${G[@]}"
-  if [ "$REHEARSE" = 1 ]; then
-    perf_row b1_ga8 75 - "${b1[@]}" --microbatches 2 --optimizer megatron --bf16
-  else
-    perf_row b1_ga8 75 te "${b1[@]}" "${F[@]}" --microbatches 8 --optimizer megatron
-  fi
+  local ga=(--microbatches 8 --optimizer megatron)
+  [ "$REHEARSE" = 1 ] && ga=(--microbatches 2 --optimizer megatron --bf16)
+  perf_row b1_ga8 75 - "${b1[@]}" "${F[@]}" "${ga[@]}"
   perf_row b1_graph_modules 60 graph "${b1[@]}" --fusions "$FUSIONS" "${G[@]}"
   perf_row b1_mbs4 75 graph "${b1[@]}" "${F[@]}" "${G[@]}" --batch 4
-  perf_row b1_skip 45 skip "${b1[@]}" "${F[@]}" --microbatches 8 --optimizer megatron --scale-skip-base-backward
-  perf_pack bench_1b.tgz perf1.md b1_modules b1_fused b1_fusions b1_graph b1_ga8 b1_graph_modules b1_mbs4 b1_skip
+  perf_row b1_full_backward 45 - "${b1[@]}" "${F[@]}" "${ga[@]}" --methods preserve_full
+  perf_pack bench_1b.tgz perf1.md b1_modules b1_fused b1_fusions b1_graph b1_ga8 b1_graph_modules b1_mbs4 \
+    b1_full_backward
   finish 0
 }
 
