@@ -108,18 +108,21 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = False) -> None:
-    """One flag per flag-carrying field of `cls`, with the field's docstring as help."""
+def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = False,
+              aliases: Callable[[str], Sequence[str]] | None = None) -> None:
+    """One flag per flag-carrying field of `cls`, with the field's docstring as help; `aliases(flag)`:
+    more spellings of it (an experiment's older names, say)."""
     docs = field_docs(cls)
     for f in flag_fields(cls):
         meta, kind, default = f.metadata, _kind(cls, f), None if optional else _default(f)
+        names = (meta["flag"], *(aliases(meta["flag"]) if aliases else ()))
         help_ = docs.get(f.name, "")
         kw: dict[str, Any] = {"dest": dest(f), "help": help_ or None}
         if kind is bool:
             if meta["negate"]:
                 group.add_argument(meta["negate"], action="store_false", **kw)
                 continue
-            group.add_argument(meta["flag"], action="store_true", default=None if optional else default, **kw)
+            group.add_argument(*names, action="store_true", default=None if optional else default, **kw)
             continue
         origin = typing.get_origin(kind)
         if origin in (tuple, list) and not meta["parse"]:
@@ -135,7 +138,7 @@ def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = 
             kw["required"] = True
         else:
             kw["default"] = default
-        group.add_argument(meta["flag"], **kw)
+        group.add_argument(*names, **kw)
 
 
 def values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
