@@ -92,11 +92,11 @@ def dest(f: dataclasses.Field) -> str:
 def _kind(cls: type, f: dataclasses.Field) -> Any:
     """The field's type with None taken out of an Optional."""
     hint = typing.get_type_hints(cls)[f.name]
-    if typing.get_origin(hint) is typing.Literal:  # its values are the flag's choices
-        return type(typing.get_args(hint)[0])
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         hint = args[0] if len(args) == 1 else hint
+    if typing.get_origin(hint) is typing.Literal:  # its values are the flag's choices (also as an optional twin's)
+        return type(typing.get_args(hint)[0])
     return hint
 
 

@@ -22,10 +22,9 @@ import pytest
 from megatron_scale.bio.settings import (
     METHOD_SETTINGS, UNREAD, Settings, method_config, protocol_method, record, setting_name, settings_from, stage_key,
 )
-from megatron_scale.flags import argv_for, given
-from megatron_scale.methods import FLAG_CLASSES, METHOD_CLASSES
-from megatron_scale.methods.scale import ScaleSettings
-from megatron_scale.training.config import MethodConfig, build_parser, flag_owners, method_flag_values
+from megatron_scale.flags import given
+from megatron_scale.methods import METHOD_CLASSES
+from megatron_scale.training.config import MethodConfig, build_parser, method_flag_values, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -36,10 +35,14 @@ def _parse(*argv: str) -> Settings:
     return settings_from(biography_benchmark.build_parser().parse_args(["--out", "x", *argv]), Settings())
 
 
-def _argv(method: MethodConfig) -> list[str]:
-    """The training entry's flags that give `method`'s method settings (flags.argv_for)."""
-    return [a for cls in FLAG_CLASSES for holder, owner in flag_owners(cls)
-            for a in argv_for(owner, given(method if holder is None else getattr(method, holder)))]
+TRAINING = ["--micro-batch-size", "1", "--global-batch-size", "1", "--seq-length", "8", "--train-iters", "1",
+            "--lr", "1e-3", "--data-path", "a"]
+METHOD_ARGV = ["--freeze-layers", "2", "--llama-pro-blocks", "1", "--lora-rank", "64", "--lora-alpha", "3",
+               "--lora-dropout", "0.1", "--scale-hidden-up", "32", "--scale-init", "normal", "--scale-adapt-layers", "0 1",
+               "--scale-adapt-modules", "qkv,fc1", "--scale-route-adapt", "--scale-router-tau", "0.3",
+               "--scale-router-unit", "char", "--scale-output-rows", "hangul", "--scale-gate-statistic", "max-prob",
+               "--scale-gate-tau", "0.8", "--scale-base-backward", "full", "--scale-seed", "7"]
+"""Method flags of every kind (int, float, choice, switch, list; SCALE's among them)."""
 
 
 def test_every_method_flag_is_a_flag_of_the_biography_benchmark() -> None:
@@ -47,14 +50,11 @@ def test_every_method_flag_is_a_flag_of_the_biography_benchmark() -> None:
     bio = {a for action in biography_benchmark.build_parser()._actions for a in action.option_strings}
     flags = set(method_flag_values(MethodConfig()))
     assert len(flags) > 20 and flags <= training and flags <= bio
-    # and each lands in Settings.method as the training entry's flags give it
-    wanted = dataclasses.replace(
-        MethodConfig(), freeze_layers=2, lora_rank=64, lora_alpha=3.0, lora_dropout=0.1, llama_pro_blocks=1,
-        scale=ScaleSettings(hidden_up=32, router_tau=0.3, router_unit="char", gate_statistic="max-prob", gate_tau=0.8,
-                            adapt_layers=(0, 1), route_adapt=True, output_rows="hangul", seed=7))
-    got = _parse(*_argv(wanted)).method
-    assert method_flag_values(got) == method_flag_values(wanted)
-    assert given(got.scale) == given(wanted.scale)
+    # and what they are given lands in Settings.method as the training entry's parser puts it in its MethodConfig
+    trained, got = parse([*TRAINING, *METHOD_ARGV]).method, _parse(*METHOD_ARGV).method
+    assert method_flag_values(got) == method_flag_values(trained)
+    assert given(got.scale) == given(trained.scale) and len(given(got.scale)) == 12
+    assert (got.freeze_layers, got.lora_rank, got.scale.adapt_layers) == (2, 64, (0, 1))
 
 
 def test_the_benchmarks_older_flag_names_and_defaults_keep_working() -> None:
