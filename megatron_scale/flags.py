@@ -8,7 +8,6 @@
 
     add_flags(parser.add_argument_group("optimizer"), OptimConfig)   # --lr, help "Peak learning rate."
     OptimConfig(**values(OptimConfig, namespace))                    # back from the parsed flags
-    to_argv(OptimConfig(lr=1e-3))                                    # ["--lr", "0.001"]
 
 The type annotation decides how a flag parses: int, float, str, bool (a switch), a tuple
 (several values). The component owns its defaults; `optional=True` makes every default None,
@@ -148,35 +147,6 @@ def values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
         v = getattr(ns, dest(f))
         out[f.name] = tuple(v) if isinstance(v, list) else v
     return out
-
-
-def to_argv(obj: Any) -> list[str]:
-    """The flags that give `obj` (a flag-carrying dataclass) back: those differing from the
-    defaults (required ones always)."""
-    return argv_for(type(obj), {f.name: getattr(obj, f.name) for f in flag_fields(type(obj))}, skip_defaults=True)
-
-
-def argv_for(cls: type, given: dict[str, Any], *, skip_defaults: bool = False) -> list[str]:
-    """The flags of `cls` that give these field values (None: not given)."""
-    argv: list[str] = []
-    for f in flag_fields(cls):
-        v, meta = given.get(f.name), f.metadata
-        if v is None or (skip_defaults and not meta["required"] and f.default is not dataclasses.MISSING
-                         and v == f.default):
-            continue
-        if isinstance(v, bool):
-            if meta["negate"] and not v:
-                argv.append(meta["negate"])
-            elif not meta["negate"] and v:
-                argv.append(meta["flag"])
-        elif isinstance(v, tuple | list) and meta["parse"]:  # one argument the parser splits
-            argv += [meta["flag"], " ".join(str(x) for x in v)]
-        elif isinstance(v, tuple | list):
-            if v:
-                argv += [meta["flag"], *(str(x) for x in v)]
-        else:
-            argv += [meta["flag"], str(v)]
-    return argv
 
 
 def optional_twin(cls: type, name: str, module: str) -> type:

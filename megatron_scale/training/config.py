@@ -12,9 +12,9 @@ own checks, which name the flag.
       checkpoint  CheckpointConfig  --load / --save                    (training/checkpointing.py)
       logging     LoggingConfig     evaluation and logging                   (training/metrics.py)
 
-`parse(argv)` builds one from the command line (the parser comes from the components);
-`to_argv(config)` gives the command line back, for launchers. Library callers build a
-TrainConfig directly. Values left None in `model` and `method` are filled from what --load
+`parse(argv)` builds one from the command line (the parser comes from the components).
+Library callers build a TrainConfig directly; launchers (the recipe, standard library only)
+write the command line themselves. Values left None in `model` and `method` are filled from what --load
 records when the run is planned (training/plan.py).
 """
 
@@ -28,8 +28,7 @@ from typing import Any
 
 from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
-from megatron_scale.flags import add_flags, argv_for, flag, flag_fields, given, optional_twin, positive, values
-from megatron_scale.flags import to_argv as to_argv_of
+from megatron_scale.flags import add_flags, flag, flag_fields, optional_twin, positive, values
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import CROSS_ENTROPY_IMPLS, CUDA_GRAPH_IMPLS, Fusions, LlamaArgs
@@ -387,16 +386,3 @@ def method_flag_values(method: MethodConfig, flags_cls: type | None = None) -> d
             obj = method if holder is None else getattr(method, holder)
             out.update({f.metadata["flag"]: getattr(obj, f.name) for f in flag_fields(owner)})
     return out
-
-
-def to_argv(config: TrainConfig) -> list[str]:
-    """The command line that parses back to `config`."""
-    argv: list[str] = []
-    for name in COMPONENTS:
-        part = getattr(config, name)
-        if name == "model":
-            argv += argv_for(LlamaArgs, given(part.architecture))
-        argv += to_argv_of(part)
-        if name == "method":
-            argv += argv_for(ScaleConfig, given(part.scale))
-    return argv
