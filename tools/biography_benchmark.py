@@ -52,7 +52,7 @@ PRESETS = {
 def build_parser() -> argparse.ArgumentParser:
     """The tool's own flags, then the experiment's (Settings' fields) and the methods' (the training
     entry's: --freeze-layers, --lora-rank, --scale-*; SCALE's router and gate also as --router-*,
-    --gate-*): bio/protocol.py add_settings_flags."""
+    --gate-*): bio/settings.py add_settings_flags."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     p.add_argument("--out", required=True, help="output folder (data, checkpoints, results.json, table.md, plot.png)")

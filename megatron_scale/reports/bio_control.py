@@ -16,7 +16,7 @@ control run (its LR and stop level), and over seeds as mean [min, max]; grouped 
 (and over the LRs asked for) as per-seed means, then mean [min, max] over seeds.
 
 Stage files are tools/biography_benchmark.py's FOLDER/seed<N>/stages/task1_<method><tag>_lr<LR>.json
-(bio/protocol.py); the gate's router is its stage's settings (gate_statistic, gate_tau,
+(bio/protocol.py, bio/settings.py record); the gate's router is its stage's settings (gate_statistic, gate_tau,
 gate_direction), so a gate at another tau is set against controls routed at that tau. Standard
 library only (reports/frontier.py).
 """
