@@ -8,7 +8,6 @@
 
     add_flags(parser.add_argument_group("optimizer"), OptimConfig)   # --lr, help "Peak learning rate."
     OptimConfig(**values(OptimConfig, namespace))                    # back from the parsed flags
-    to_argv(OptimConfig(lr=1e-3))                                    # ["--lr", "0.001"]
 
 The type annotation decides how a flag parses: int, float, str, bool (a switch), a tuple
 (several values). The component owns its defaults; `optional=True` makes every default None,
@@ -92,11 +91,11 @@ def dest(f: dataclasses.Field) -> str:
 def _kind(cls: type, f: dataclasses.Field) -> Any:
     """The field's type with None taken out of an Optional."""
     hint = typing.get_type_hints(cls)[f.name]
-    if typing.get_origin(hint) is typing.Literal:  # its values are the flag's choices
-        return type(typing.get_args(hint)[0])
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         hint = args[0] if len(args) == 1 else hint
+    if typing.get_origin(hint) is typing.Literal:  # its values are the flag's choices (also as an optional twin's)
+        return type(typing.get_args(hint)[0])
     return hint
 
 
@@ -108,18 +107,21 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = False) -> None:
-    """One flag per flag-carrying field of `cls`, with the field's docstring as help."""
+def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = False,
+              aliases: Callable[[str], Sequence[str]] | None = None) -> None:
+    """One flag per flag-carrying field of `cls`, with the field's docstring as help; `aliases(flag)`:
+    more spellings of it (an experiment's older names, say)."""
     docs = field_docs(cls)
     for f in flag_fields(cls):
         meta, kind, default = f.metadata, _kind(cls, f), None if optional else _default(f)
+        names = (meta["flag"], *(aliases(meta["flag"]) if aliases else ()))
         help_ = docs.get(f.name, "")
         kw: dict[str, Any] = {"dest": dest(f), "help": help_ or None}
         if kind is bool:
             if meta["negate"]:
                 group.add_argument(meta["negate"], action="store_false", **kw)
                 continue
-            group.add_argument(meta["flag"], action="store_true", default=None if optional else default, **kw)
+            group.add_argument(*names, action="store_true", default=None if optional else default, **kw)
             continue
         origin = typing.get_origin(kind)
         if origin in (tuple, list) and not meta["parse"]:
@@ -135,7 +137,7 @@ def add_flags(group: argparse._ActionsContainer, cls: type, *, optional: bool = 
             kw["required"] = True
         else:
             kw["default"] = default
-        group.add_argument(meta["flag"], **kw)
+        group.add_argument(*names, **kw)
 
 
 def values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
@@ -145,35 +147,6 @@ def values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
         v = getattr(ns, dest(f))
         out[f.name] = tuple(v) if isinstance(v, list) else v
     return out
-
-
-def to_argv(obj: Any) -> list[str]:
-    """The flags that give `obj` (a flag-carrying dataclass) back: those differing from the
-    defaults (required ones always)."""
-    return argv_for(type(obj), {f.name: getattr(obj, f.name) for f in flag_fields(type(obj))}, skip_defaults=True)
-
-
-def argv_for(cls: type, given: dict[str, Any], *, skip_defaults: bool = False) -> list[str]:
-    """The flags of `cls` that give these field values (None: not given)."""
-    argv: list[str] = []
-    for f in flag_fields(cls):
-        v, meta = given.get(f.name), f.metadata
-        if v is None or (skip_defaults and not meta["required"] and f.default is not dataclasses.MISSING
-                         and v == f.default):
-            continue
-        if isinstance(v, bool):
-            if meta["negate"] and not v:
-                argv.append(meta["negate"])
-            elif not meta["negate"] and v:
-                argv.append(meta["flag"])
-        elif isinstance(v, tuple | list) and meta["parse"]:  # one argument the parser splits
-            argv += [meta["flag"], " ".join(str(x) for x in v)]
-        elif isinstance(v, tuple | list):
-            if v:
-                argv += [meta["flag"], *(str(x) for x in v)]
-        else:
-            argv += [meta["flag"], str(v)]
-    return argv
 
 
 def optional_twin(cls: type, name: str, module: str) -> type:

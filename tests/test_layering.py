@@ -391,23 +391,17 @@ def test_only_the_training_entry_and_bio_import_training() -> None:
     assert [m for m in users if m != "megatron_scale.train" and not m.startswith("megatron_scale.bio.")] == []
 
 
-RESULTS_WAITING = {"2026-11-28-biography-frontier-v2/runs/gate_control.py",
-                   "2026-11-29-smollm2-lr-grid/runs/cells.py",
-                   "2026-11-29-smollm2-rows-384/runs/bits_by_target.py"}
-"""results/ scripts still importing the package, each until it calls a tested tool
-(gate_control.py: tools/bio_routed_control.py, issue 61; cells.py and bits_by_target.py: the
-tools issue 63 asks for, not landed yet). Held exactly: one rewired must leave."""
-
-
 def test_results_import_nothing_of_the_package() -> None:
     """A results folder's scripts record what was run: they call the tools' command lines (or
     the tools became tested tools), so the package can change under them without an untested
-    caller (review 5, section 1)."""
+    caller (review 5, section 1). The last three (gate_control.py, cells.py, bits_by_target.py)
+    became shell scripts calling tools/bio_routed_control.py, tools/frontier_cells.py and
+    tools/bits_by_target.py (issue 63)."""
     results = PKG.parent / "results"
     scripts = sorted(results.rglob("*.py"))
     importers = {str(p.relative_to(results)) for p in scripts
                  if any(n == "megatron_scale" or n.startswith("megatron_scale.") for n in _imports(p))}
-    assert results.is_dir() and importers == RESULTS_WAITING
+    assert results.is_dir() and importers == set()
 
 
 def test_nothing_edits_sys_path() -> None:

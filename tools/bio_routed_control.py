@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lrs", type=float, nargs="+", default=None, help="the control runs' LRs to use (default: all)")
     p.add_argument("--good-lrs", type=float, nargs="+", default=[],
                    help="also summarise over these control LRs alone (e.g. full fine-tuning's good ones)")
+    p.add_argument("--gate-lrs", type=float, nargs="+", default=None,
+                   help="the gated runs' LRs to take the best of (default: all)")
     p.add_argument("--tags", nargs="+", default=None, help="the gate variants (default: every +gate-... tag found)")
     p.add_argument("--out", default=None, help="folder for routed_control.json and routed_control.md")
     a = p.parse_args(argv)
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from megatron_scale.reports.bio_control import routed_control
 
     def work() -> dict:
-        got = routed_control(a.gates, a.controls, method=a.method, lrs=a.lrs, tags=a.tags, good_lrs=a.good_lrs)
+        got = routed_control(a.gates, a.controls, method=a.method, lrs=a.lrs, tags=a.tags, good_lrs=a.good_lrs,
+                             gate_lrs=a.gate_lrs)
         md = "\n".join(v["markdown"] for v in got.values())
         print(md, file=sys.stderr)
         if a.out:

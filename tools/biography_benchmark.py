@@ -29,8 +29,8 @@ import os
 import sys
 import time
 
-from megatron_scale.scale_config import GATE_STATISTICS, ROUTER_DIRECTIONS, ROUTER_STATISTICS
-from megatron_scale.bio.protocol import METHODS, Settings, StageMismatch, run_protocol, settings_from
+from megatron_scale.bio.protocol import StageMismatch, run_protocol
+from megatron_scale.bio.settings import Settings, add_settings_flags, settings_from
 from megatron_scale.reports.bio_frontier import runs_of, runs_of_stages, write_frontier
 from megatron_scale.reports.bio_frontier import title as frontier_title
 from megatron_scale.reports.bio import expansion_table, router_table, table, write_all
@@ -50,42 +50,17 @@ PRESETS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The tool's own flags, then the experiment's (Settings' fields) and the methods' (the training
+    entry's: --freeze-layers, --lora-rank, --scale-*; SCALE's router and gate also as --router-*,
+    --gate-*): bio/settings.py add_settings_flags."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     p.add_argument("--out", required=True, help="output folder (data, checkpoints, results.json, table.md, plot.png)")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=None)
-    p.add_argument("--seed", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="the frontier: run the whole protocol once per seed, under OUT/seed<N>/")
     p.add_argument("--from-stages", action="store_true",
                    help="run nothing: the frontier of the task-1 stages finished so far under OUT (a run in progress)")
-    p.add_argument("--task1-lrs", type=float, nargs="+", default=None,
-                   help="the frontier: every method at each of these task-1 LRs (default: --task1-lr alone)")
-    for name in ("pretrain-people", "task0-people", "task1-people", "bios-per-person", "vocab-size", "num-layers",
-                 "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
-                 "micro-batch-size", "global-batch-size", "pretrain-iters", "task0-iters", "task1-iters",
-                 "eval-interval", "eval-people", "freeze-layers", "lora-rank", "eval-dense-until", "eval-dense-interval"):
-        p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("pretrain-lr", "task0-lr", "task1-lr", "router-tau", "task1-table-lr-mult", "lora-alpha", "eval-dense-gap"):
-        p.add_argument(f"--{name}", type=float, default=None)
-    p.add_argument("--task1-stop-at", type=float, default=None,
-                   help="stop each task-1 run at its first evaluation with task-1 accuracy >= this "
-                        "(--task1-iters is then a hard cap)")
-    p.add_argument("--routed-baselines", action="store_true", default=None,
-                   help="task-1 runs: per-probe router records at the last evaluation: a non-SCALE run against its "
-                        "step-0 (task-0) model (the routed-baseline control, base/<method>[...] rows); a scale-preserve "
-                        "run of its two heads (Route's router on it: scale-route[...] rows)")
-    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None)
-    p.add_argument("--router-statistic", choices=ROUTER_STATISTICS, default=None,
-                   help="scale-route: the statistic it routes with (every statistic is analysed either way)")
-    p.add_argument("--router-direction", choices=ROUTER_DIRECTIONS, default=None,
-                   help="scale-route: keep z_p where the statistic is above (>=, the paper's) or below (<=) tau")
-    p.add_argument("--gate-statistic", choices=GATE_STATISTICS, default=None,
-                   help="SCALE methods: train through a gate from this statistic of z_p (--scale-gate-statistic)")
-    p.add_argument("--gate-tau", type=float, default=None, help="the gate's midpoint (--scale-gate-tau)")
-    p.add_argument("--gate-temperature", type=float, default=None, help="the gate's width (--scale-gate-temperature)")
-    p.add_argument("--gate-direction", choices=ROUTER_DIRECTIONS, default=None,
-                   help="the gate closes where the statistic is above (the default) or below tau")
+    add_settings_flags(p)
     return p
 
 

@@ -14,7 +14,6 @@ this process, at world size 1; checkpoints pass between stages as --load directo
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import json
@@ -23,105 +22,21 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
-from megatron_scale.bio.variant import GATE, gate_of, variant_tag
+from megatron_scale.bio.settings import Settings, method_config, record, router_records, stage_key
+from megatron_scale.bio.variant import variant_tag
 from megatron_scale.bio.texts import all_qa, biographies
-from megatron_scale import method_catalog as catalog
 from megatron_scale.durable import atomic_write
 from megatron_scale.distributed import destroy_distributed, free_port
-from megatron_scale.methods import NAMES
-from megatron_scale.methods.scale import ScaleSettings
-from megatron_scale.scale_checks import check_gate
 from megatron_scale.training.config import (
     Architecture, DataConfig, LoggingConfig, MethodConfig, ModelConfig, OptimConfig, ParallelConfig, ScheduleConfig, TrainConfig,
 )
 from megatron_scale.training.checkpointing import iteration_dir
 from megatron_scale.training.loop import setup, train_step
-
-METHODS = NAMES  # the training entry's --method values (megatron_scale/methods/)
-
-
-@dataclass
-class Settings:
-    seed: int = 1234
-    pretrain_people: int = 100
-    task0_people: int = 50
-    task1_people: int = 20
-    bios_per_person: int = 5
-    vocab_size: int = 1024
-    num_layers: int = 4
-    hidden_size: int = 128
-    num_attention_heads: int = 8
-    num_query_groups: int = 4
-    ffn_hidden_size: int = 384
-    seq_length: int = 64
-    micro_batch_size: int = 16
-    global_batch_size: int = 16
-    pretrain_iters: int = 600
-    pretrain_lr: float = 3e-3
-    task0_iters: int = 300
-    task0_lr: float = 1e-3
-    task1_iters: int = 200
-    task1_lr: float = 1e-3
-    task1_lrs: tuple[float, ...] = ()  # the frontier: every method at each of these LRs (empty: task1_lr alone)
-    task1_table_lr_mult: float | None = None  # task 1: the embedding/output tables (SCALE: E_up, W_out_up) at LR x this
-    eval_interval: int = 20
-    eval_dense_until: int = 0  # task 1: also evaluate every eval_dense_interval steps up to this step
-    eval_dense_interval: int = 10
-    eval_dense_gap: float | None = None  # task 1: also every eval_dense_interval steps while task-1 accuracy moves faster
-    task1_stop_at: float | None = None  # task 1: stop at the first evaluation with task-1 accuracy >= this
-    # task 1, per-probe router records at the last evaluation: a non-SCALE run against its step-0 (task-0)
-    # model (the routed-baseline control); a scale-preserve run of its two heads (Route's router on it)
-    routed_baselines: bool = False
-    eval_people: int = 0  # 0: every person of the task; else a seeded sample of this many
-    methods: tuple[str, ...] = METHODS
-    device: str = "cpu"
-    freeze_layers: int | None = None  # default: the bottom 3/4 of the layers
-    lora_rank: int = 8
-    lora_alpha: float | None = None  # default 2 x lora_rank
-    router_tau: float | None = None  # SCALE-Route's tau (default: the training entry's)
-    router_statistic: str | None = None  # SCALE-Route's statistic (default: the training entry's, cosine)
-    router_direction: str | None = None  # SCALE-Route's direction (default: the training entry's, above)
-    # SCALE trained through a gate (--scale-gate-*, model/layers/gate.py; None: no gate, the paper's)
-    gate_statistic: str | None = None
-    gate_tau: float | None = None
-    gate_temperature: float | None = None
-    gate_direction: str | None = None
-
-    def check(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
-        if not 0 < self.task0_people <= self.pretrain_people:
-            raise ValueError(f"--task0-people {self.task0_people} must lie in 1..--pretrain-people {self.pretrain_people}")
-        if self.task1_people < 1:
-            raise ValueError("--task1-people must be at least 1")
-        if self.eval_interval < 1:
-            raise ValueError("--eval-interval must be at least 1")
-        if self.eval_dense_interval < 1 or self.eval_dense_until < 0:
-            raise ValueError("--eval-dense-interval must be at least 1 and --eval-dense-until at least 0")
-        if self.eval_dense_gap is not None and not self.eval_dense_gap > 0:
-            raise ValueError(f"--eval-dense-gap {self.eval_dense_gap}: must be > 0")
-        if self.task1_stop_at is not None and not 0 < self.task1_stop_at <= 1:
-            raise ValueError(f"--task1-stop-at {self.task1_stop_at}: must be a task-1 accuracy in (0, 1]")
-        if self.lora_alpha is not None and not self.lora_alpha > 0:
-            raise ValueError(f"--lora-alpha {self.lora_alpha}: must be > 0")
-        if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
-            raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
-        if self.gate_statistic is not None:
-            check_gate(*gate_of(vars(self)))
-        if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
-            raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
-
-    @property
-    def task1_grid(self) -> tuple[float, ...]:
-        """The task-1 learning rates each method runs at."""
-        return self.task1_lrs or (self.task1_lr,)
 
 
 def _single_process_env() -> None:
@@ -141,19 +56,6 @@ def base_config(s: Settings, tokenizer: str) -> TrainConfig:
                                 seq_length=s.seq_length, train_iters=1, seed=s.seed),
         data=DataConfig(split="100,0,0"),
         logging=LoggingConfig(eval_iters=1, log_interval=10**9),
-    )
-
-
-def method_config(s: Settings, method: str) -> MethodConfig:
-    """`--method method` with the experiment's settings of every method, as a command line giving
-    all of their flags would (each method reads its own: megatron_scale/methods/)."""
-    freeze_layers = s.freeze_layers if s.freeze_layers is not None else s.num_layers - max(1, s.num_layers // 4)
-    lora_alpha = s.lora_alpha if s.lora_alpha is not None else 2.0 * s.lora_rank
-    return MethodConfig(
-        name=method, freeze_layers=freeze_layers, lora_rank=s.lora_rank, lora_alpha=lora_alpha,
-        scale=ScaleSettings(router_tau=s.router_tau, router_statistic=s.router_statistic,
-                            router_direction=s.router_direction, gate_statistic=s.gate_statistic, gate_tau=s.gate_tau,
-                            gate_temperature=s.gate_temperature, gate_direction=s.gate_direction),
     )
 
 
@@ -266,34 +168,6 @@ class StageMismatch(ValueError):
     """An --out folder holds a stage made with other settings."""
 
 
-STAGE_KEY_SKIPS = ("methods", "task1_lr", "task1_lrs")  # settings that only choose which task-1 runs there are
-# settings of task 1 alone: the pre-training and task-0 stages do not depend on them
-TASK1_ONLY = ("task1_iters", "task1_table_lr_mult", "eval_dense_until", "eval_dense_interval", "eval_dense_gap", "task1_stop_at",
-              "routed_baselines", "freeze_layers", "lora_rank", "lora_alpha", "router_tau", "router_statistic",
-              "router_direction", *GATE)
-# settings a task-1 method does not read
-_SCALE_UNREAD = ("freeze_layers", "lora_rank", "lora_alpha")
-UNREAD = {"freeze": ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction", *GATE),
-          "lora": ("freeze_layers", "router_tau", "router_statistic", "router_direction", *GATE),
-          "scale-preserve": _SCALE_UNREAD, "scale-route": (*_SCALE_UNREAD, "routed_baselines"),
-          "scale-adapt": (*_SCALE_UNREAD, "routed_baselines")}
-
-
-def stage_key(s: Settings, method: str | None = None) -> dict[str, Any]:
-    """What a stage's result depends on: every setting but those choosing which task-1 runs there
-    are; for the pre-training and task-0 stages (method None) also none of task 1's; for a task-1
-    stage none its method does not read (so a run of one method is kept when another's flags change)."""
-    skip = set(STAGE_KEY_SKIPS)
-    if method is None:
-        skip |= set(TASK1_ONLY)
-    else:
-        skip |= set(UNREAD.get(method, ("lora_rank", "lora_alpha", "router_tau", "router_statistic", "router_direction",
-                                        "freeze_layers", *GATE)))
-    if s.gate_statistic is None:  # no gate: the key stages written before the gate existed have
-        skip |= set(GATE)
-    return {k: v for k, v in asdict(s).items() if k not in skip}
-
-
 def stage(path: str, key: dict[str, Any], run: Callable[[], dict[str, Any]], checkpoint: str | None,
           progress: Callable[[str], None]) -> dict[str, Any]:
     """A stage's result, from `path` when an earlier call finished it with the same settings
@@ -305,7 +179,7 @@ def stage(path: str, key: dict[str, Any], run: Callable[[], dict[str, Any]], che
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         # a setting added since the file was written counts as its default there
-        defaults = asdict(Settings())
+        defaults = record(Settings())
         was = {k: doc["settings"].get(k, json.loads(json.dumps(defaults[k]))) for k in key}
         if was != json.loads(json.dumps(key)):
             changed = sorted(k for k in key if was[k] != json.loads(json.dumps(key[k])))
@@ -365,11 +239,10 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
     for method, lr in ((m, lr) for m in s.methods for lr in grid):
         key = method if len(grid) == 1 else f"{method}@{lr:g}"  # one entry per method and LR
         progress(f"task 1: {method} at lr {lr:g}")
-        kind = catalog.method(method)  # a SCALE-Preserve run records its two heads; a non-SCALE one its step-0 model
+        baseline, heads = router_records(method)  # a non-SCALE run: its step-0 model; SCALE-Preserve: its two heads
         plan = EvalPlan(s.eval_interval, s.eval_dense_until, s.eval_dense_interval, s.task1_stop_at, s.eval_dense_gap,
-                        baseline=s.routed_baselines and not kind.upscaled,
-                        heads=s.routed_baselines and kind.variant == "preserve")
-        r = stage(os.path.join(stages, f"task1_{method}{variant_tag(asdict(s), method)}_lr{lr:g}.json"), stage_key(s, method),
+                        baseline=s.routed_baselines and baseline, heads=s.routed_baselines and heads)
+        r = stage(os.path.join(stages, f"task1_{method}{variant_tag(record(s), method)}_lr{lr:g}.json"), stage_key(s, method),
                   lambda method=method, lr=lr, plan=plan: run_stage(
             stage_config(base, method_config(s, method), data=qa1_prefix, lr=lr, load=task0_ckpt, decay="constant",
                          table_lr=None if s.task1_table_lr_mult is None else lr * s.task1_table_lr_mult),
@@ -382,20 +255,10 @@ def run_protocol(s: Settings, out_dir: str, progress: Callable[[str], None] = pr
             for line in router.summary_lines(methods[key]["router"]):
                 progress("  " + line)
     return {
-        "settings": asdict(s),
+        "settings": record(s),
         "data": {"people": len(people), "biographies": len(bios), "task0_qa": len(qa0), "task1_qa": len(qa1),
                  "task0_probes": len(probes0), "task1_probes": len(probes1), "vocab_size": tok.vocab_size,
                  "distinct_first_tokens": targets},
         "pretrain": pretrain, "task0": task0_run, "methods": methods,
         "seconds": time.monotonic() - t0,
     }
-
-
-def settings_from(ns: argparse.Namespace, preset: Settings) -> Settings:
-    """Settings = preset, overridden by the flags given (None: keep the preset's)."""
-    values = asdict(preset)
-    for key in values:
-        v = getattr(ns, key, None)
-        if v is not None:
-            values[key] = tuple(v) if isinstance(values[key], tuple) else v
-    return Settings(**values)

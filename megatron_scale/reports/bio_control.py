@@ -16,7 +16,7 @@ control run (its LR and stop level), and over seeds as mean [min, max]; grouped 
 (and over the LRs asked for) as per-seed means, then mean [min, max] over seeds.
 
 Stage files are tools/biography_benchmark.py's FOLDER/seed<N>/stages/task1_<method><tag>_lr<LR>.json
-(bio/protocol.py); the gate's router is its stage's settings (gate_statistic, gate_tau,
+(bio/protocol.py, bio/settings.py record); the gate's router is its stage's settings (gate_statistic, gate_tau,
 gate_direction), so a gate at another tau is set against controls routed at that tau. Standard
 library only (reports/frontier.py).
 """
@@ -122,12 +122,14 @@ def control(stage: Stage, router: Router) -> Control:
     return Control(stage.seed, stage.lr, doc["settings"].get("task1_stop_at"), doc["result"].get("stopped_at"), point)
 
 
-def gate_curves(found: Iterable[Stage], tag: str) -> tuple[dict[int, dict[float, list[Point]]], Router]:
-    """The gated runs of one variant (`tag`) per seed and LR: (task-1, task-0) along training, and the gate's router."""
+def gate_curves(found: Iterable[Stage], tag: str,
+                gate_lrs: Sequence[float] | None = None) -> tuple[dict[int, dict[float, list[Point]]], Router]:
+    """The gated runs of one variant (`tag`) per seed and LR (`gate_lrs`, default all): (task-1,
+    task-0) along training, and the gate's router."""
     curves: dict[int, dict[float, list[Point]]] = {}
     router: Router | None = None
     for s in found:
-        if s.tag != tag:
+        if s.tag != tag or (gate_lrs is not None and not any(math.isclose(s.lr, x) for x in gate_lrs)):
             continue
         doc = _doc(s.path)
         mine = Router.of_gate(doc["settings"], s.path)
@@ -257,10 +259,11 @@ def _levels_table(s: Mapping[str, Any], seeds: Sequence[int]) -> str:
 
 def routed_control(gate_folder: str | Path, control_folders: Sequence[str | Path] = (), *, method: str = "full",
                    lrs: Sequence[float] | None = None, tags: Sequence[str] | None = None,
-                   good_lrs: Sequence[float] = ()) -> dict[str, Any]:
+                   good_lrs: Sequence[float] = (), gate_lrs: Sequence[float] | None = None) -> dict[str, Any]:
     """For each gate variant in `gate_folder` (or `tags`): every `method` stage of `control_folders`
     (default: the gate's folder) at `lrs` (default all) routed by that gate's rule, set against the
-    gate; `good_lrs` adds the summary over those LRs alone (full fine-tuning's good LRs, say).
+    gate (its best over the seed's gated runs at `gate_lrs`, default all); `good_lrs` adds the
+    summary over those LRs alone (full fine-tuning's good LRs, say).
     Returns {tag: {"router", "matches", "summary", ["summary_at",] "markdown"}}."""
     found = stages(gate_folder)
     gated = sorted({s.tag for s in found if s.tag.startswith("+gate-")}) if tags is None else list(tags)
@@ -274,7 +277,7 @@ def routed_control(gate_folder: str | Path, control_folders: Sequence[str | Path
                          + (f" at the LRs {list(lrs)}" if lrs is not None else ""))
     out = {}
     for tag in gated:
-        curves, router = gate_curves(found, tag)
+        curves, router = gate_curves(found, tag, gate_lrs)
         points = [control(s, router) for s in pool]
         seen: dict[tuple, Path] = {}
         for c, s in zip(points, pool, strict=True):

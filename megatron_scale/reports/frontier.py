@@ -39,6 +39,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Point = tuple[float, float]  # (new-domain score, old-domain score)
 
@@ -344,4 +345,28 @@ def best_lr_table(runs: list[Run], levels: list[float]) -> str:
                 edge = " (edge)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""
                 cells.append(f"{lr:g}{edge}: {v:.3f}")
             lines.append(f"| {method} | {seed} | {', '.join(f'{x:g}' for x in lrs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+RUN_LEVELS = (0.05, 0.1, 0.2)  # the real model's learning levels (reports/recipe_frontier.py)
+
+
+def run_cells_table(runs: Iterable[Mapping[str, Any]], levels: Sequence[float] = RUN_LEVELS) -> str:
+    """Markdown: each training run's own cells (one run, not the best over LRs as `table` shows):
+    its old-domain score at each level, read with `cell_at` at no gap ("~" would mark a chord),
+    and its last point. `runs` are frontier.json's "runs" (reports/frontier_report.py); a run whose
+    method holds "[" (a router's or a control's sweep: many curves per run) is left out."""
+    lines = ["| method | LR | seed | " + " | ".join(f"{100 * lv:g} %" for lv in levels)
+             + " | last learning (retention) |\n|---|---|---|" + "---|" * len(levels) + "---|"]
+    for r in runs:
+        if "[" in str(r["method"]):
+            continue
+        curve: list[Point] = [(float(p[0]), float(p[1])) for p in r["curve"]]
+        cells = []
+        for level in levels:
+            c = cell_at(curve, level)
+            cells.append("not reached" if c is None else f"{'' if c.measured else '~'}{c.value:.4f}")
+        learned, kept = curve[-1]
+        lines.append(f"| {r['method']} | {float(r['lr']):g} | {r['seed']} | {' | '.join(cells)} | "
+                     f"{100 * learned:.1f} % ({kept:.4f}) |")
     return "\n".join(lines) + "\n"

@@ -12,23 +12,23 @@ own checks, which name the flag.
       checkpoint  CheckpointConfig  --load / --save                    (training/checkpointing.py)
       logging     LoggingConfig     evaluation and logging                   (training/metrics.py)
 
-`parse(argv)` builds one from the command line (the parser comes from the components);
-`to_argv(config)` gives the command line back, for launchers. Library callers build a
-TrainConfig directly. Values left None in `model` and `method` are filled from what --load
+`parse(argv)` builds one from the command line (the parser comes from the components).
+Library callers build a TrainConfig directly; launchers (the recipe, standard library only)
+write the command line themselves. Values left None in `model` and `method` are filled from what --load
 records when the run is planned (training/plan.py).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from megatron_scale.scale_config import ScaleConfig
 from megatron_scale.data.indexed import DatasetError, check_indexed_dataset
-from megatron_scale.flags import add_flags, argv_for, flag, given, optional_twin, positive, values
-from megatron_scale.flags import to_argv as to_argv_of
+from megatron_scale.flags import add_flags, flag, flag_fields, optional_twin, positive, values
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import CROSS_ENTROPY_IMPLS, CUDA_GRAPH_IMPLS, Fusions, LlamaArgs
@@ -345,14 +345,44 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     return TrainConfig(**parts)
 
 
-def to_argv(config: TrainConfig) -> list[str]:
-    """The command line that parses back to `config`."""
-    argv: list[str] = []
-    for name in COMPONENTS:
-        part = getattr(config, name)
-        if name == "model":
-            argv += argv_for(LlamaArgs, given(part.architecture))
-        argv += to_argv_of(part)
-        if name == "method":
-            argv += argv_for(ScaleConfig, given(part.scale))
-    return argv
+def flag_owners(flags_cls: type) -> list[tuple[str | None, type]]:
+    """Where a method's flags class (methods/: TrainingMethod.flags) keeps its flags: (None, the
+    class) for its own flag fields, and (field, twin) for each field holding an optional twin of
+    another config (ScaleFlags.scale: ScaleSettings, the --scale-* flags)."""
+    owners: list[tuple[str | None, type]] = [(None, flags_cls)]
+    owners += [(f.name, f.default_factory) for f in dataclasses.fields(flags_cls)
+               if "flag" not in f.metadata and hasattr(f.default_factory, "__twin_of__")]
+    return owners
+
+
+def add_method_flags(parser: argparse.ArgumentParser, *, aliases: Callable[[str], Sequence[str]] | None = None) -> None:
+    """Every method's own flags (MethodConfig's but --method), each None where not given: one help
+    group per flags class and nested config. `aliases`: more spellings of a flag (flags.add_flags)."""
+    for cls in FLAG_CLASSES:
+        for _, owner in flag_owners(cls):
+            title = (owner.__doc__ or owner.__name__).strip().splitlines()[0]
+            add_flags(parser.add_argument_group(title), owner, optional=True, aliases=aliases)
+
+
+def with_method_flags(method: MethodConfig, ns: argparse.Namespace) -> MethodConfig:
+    """`method` with the method flags given in `ns` (add_method_flags' parser) in place of its own."""
+    changes: dict[str, Any] = {}
+    for cls in FLAG_CLASSES:
+        for holder, owner in flag_owners(cls):
+            got = {k: v for k, v in values(owner, ns).items() if v is not None}
+            if holder is None:
+                changes.update(got)
+            elif got:
+                changes[holder] = dataclasses.replace(getattr(method, holder), **got)
+    return dataclasses.replace(method, **changes)
+
+
+def method_flag_values(method: MethodConfig, flags_cls: type | None = None) -> dict[str, Any]:
+    """Flag -> value of the method flags of `flags_cls` (one method's flags class; default: every
+    method's) in `method`, None where not given."""
+    out: dict[str, Any] = {}
+    for cls in FLAG_CLASSES if flags_cls is None else (flags_cls,):
+        for holder, owner in flag_owners(cls):
+            obj = method if holder is None else getattr(method, holder)
+            out.update({f.metadata["flag"]: getattr(obj, f.name) for f in flag_fields(owner)})
+    return out

@@ -3,6 +3,7 @@ model, and a tiny end-to-end run of the protocol through tools/biography_benchma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -296,7 +297,7 @@ def test_frontier_runs_every_method_at_every_lr_and_seed_and_summarises_them(tmp
 
 def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_reads() -> None:
     from megatron_scale.bio.eval_plan import EvalPlan
-    from megatron_scale.bio.protocol import Settings, stage_key
+    from megatron_scale.bio.settings import Settings, protocol_method, stage_key
 
     plan = EvalPlan(50, dense_until=20, dense_interval=5)
     assert [s for s in range(1, 121) if plan.due(s, 120)] == [5, 10, 15, 20, 50, 100, 120]
@@ -304,7 +305,8 @@ def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_read
     fast, slow = ((50, 0.1), (100, 0.4)), ((50, 0.1), (100, 0.15))
     adaptive = EvalPlan(50, dense_interval=10, dense_gap=0.1)
     assert adaptive.due(110, 800, fast) and not adaptive.due(110, 800, slow) and not adaptive.due(105, 800, fast)
-    s = Settings(task1_iters=3000, task1_stop_at=0.95, eval_dense_until=200, lora_rank=64, routed_baselines=True)
+    s = Settings(task1_iters=3000, task1_stop_at=0.95, eval_dense_until=200, routed_baselines=True,
+                 method=dataclasses.replace(protocol_method(), lora_rank=64))
     # the pre-training and task-0 stages read no task-1 setting: a frontier adds runs of other caps to them
     assert stage_key(s) == stage_key(Settings())
     assert stage_key(s, "lora")["lora_rank"] == 64 and "freeze_layers" not in stage_key(s, "lora")
@@ -314,24 +316,26 @@ def test_task1_evaluations_are_dense_early_and_stage_keys_hold_what_a_stage_read
 
 def test_a_gated_scale_stage_is_keyed_by_its_gate_and_the_others_are_not() -> None:
     """--gate-*: a SCALE stage trained through a gate is another stage than the ungated one; a run
-    without a gate keys its stages as before the gate existed (their stage files stay valid), and
-    no other method reads the gate."""
-    import dataclasses
-
-    from megatron_scale.bio.protocol import GATE, Settings, method_config, stage_key
+    without a gate keys its stages by the gate's None (a stage file written before the gate existed,
+    without those keys, reads them as None: it stays valid), and no other method reads the gate."""
+    from megatron_scale.bio.settings import Settings, method_config, stage_key
+    from megatron_scale.bio.variant import GATE
 
     plain = Settings(task1_iters=3000)
-    gated = dataclasses.replace(plain, gate_statistic="max-prob", gate_tau=0.8, gate_temperature=0.05)
-    assert not set(GATE) & set(stage_key(plain, "scale-preserve"))
+    scale = dataclasses.replace(plain.method.scale, gate_statistic="max-prob", gate_tau=0.8, gate_temperature=0.05)
+    gated = dataclasses.replace(plain, method=dataclasses.replace(plain.method, scale=scale))
+    assert {k: stage_key(plain, "scale-preserve")[k] for k in GATE} == dict.fromkeys(GATE)
     assert stage_key(gated, "scale-preserve")["gate_tau"] == 0.8
     assert stage_key(gated, "scale-preserve") != stage_key(plain, "scale-preserve")
     for method in ("full", "freeze", "lora", "llama-pro", None):
         assert stage_key(gated, method) == stage_key(plain, method), method
+        assert not set(GATE) & set(stage_key(plain, method)), method
     scale = method_config(gated, "scale-preserve").scale
     assert (scale.gate_statistic, scale.gate_tau, scale.gate_temperature, scale.gate_direction) == (
         "max-prob", 0.8, 0.05, None)
+    bad = dataclasses.replace(gated.method.scale, gate_temperature=0.0)
     with pytest.raises(ValueError, match="--scale-gate-temperature: must be a finite number > 0"):
-        dataclasses.replace(gated, gate_temperature=0.0).check()
+        dataclasses.replace(gated, method=dataclasses.replace(gated.method, scale=bad)).check()
 
 
 def test_gated_and_plain_stages_share_a_folder_and_a_table(tmp_path: Path) -> None:

@@ -95,3 +95,15 @@ def test_the_committed_biography_frontier_gives_the_reviews_numbers(tmp_path: Pa
     assert [single[(s, lr)] for s in (1234, 1235, 1236) for lr in (1e-5, 3e-5, 1e-4)] == [
         0.023, 0.010, 0.022, -0.007, -0.012, -0.017, -0.004, -0.008, -0.015]
     assert "every control" in (tmp_path / "routed_control.md").read_text()
+
+
+def test_the_gate_read_at_some_of_its_lrs_gives_the_notes_figures() -> None:
+    """results/2026-11-28-biography-frontier-v2/runs/gate_control.sh: the gate at 1e-3 and 3e-3
+    (before seed 1234's 3e-4 ran) and at 1e-3 alone, as notes.md gives them."""
+    for gate_lrs, seeds, spread in (([1e-3, 3e-3], [0.0176, 0.0055, 0.0071], (0.010, 0.005, 0.018)),
+                                    ([1e-3], [0.0176, 0.0044, 0.0064], (0.009, 0.004, 0.018))):
+        (got,) = routed_control(V2, gate_lrs=gate_lrs).values()
+        every = got["summary"]["levels"]["all"]
+        assert [round(every["by_seed"][s], 4) for s in (1234, 1235, 1236)] == seeds
+        assert (round(every["mean"], 3), round(every["min"], 3), round(every["max"], 3)) == spread
+        assert {m["gate_lr"] for m in got["matches"]} <= set(gate_lrs)

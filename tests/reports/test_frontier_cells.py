@@ -100,3 +100,27 @@ def test_the_optimum_table_says_whether_each_seeds_best_lr_is_interior():
     s = summarise(runs, [0.5])
     assert s["m"]["lrs"] == [1e-4, 1e-3, 1e-2] and s["m"]["levels"][0.5].lrs == (1e-3, 1e-4)
     assert "| m | 0.0001, 0.001, 0.01 | 0.001, 0.0001 (interior 1/2) |" in optimum_table(s, [0.5])
+
+
+def test_each_runs_own_cells_from_a_committed_frontier(capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/frontier_cells.py (results/2026-11-29-smollm2-lr-grid/runs/cells.sh): per training run,
+    not the best over LRs; the routers' and controls' sweeps ("[" in the method) are left out."""
+    import sys
+
+    from megatron_scale.reports.frontier import run_cells_table
+
+    runs = [{"method": "full", "lr": 1e-4, "seed": 1, "curve": [[0.0, 1.0], [0.1, 0.9], [0.3, 0.7]]},
+            {"method": "scale-route[cosine]", "lr": 1e-4, "seed": 1, "curve": [[0.0, 1.0]]}]
+    assert run_cells_table(runs).splitlines() == [
+        "| method | LR | seed | 5 % | 10 % | 20 % | last learning (retention) |", "|---|---|---|---|---|---|---|",
+        "| full | 0.0001 | 1 | 0.9500 | 0.9000 | 0.8000 | 30.0 % (0.7000) |"]
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tools"))
+    import frontier_cells
+
+    assert frontier_cells.main([str(root / "results" / "2026-11-29-smollm2-lr-grid" / "frontier.json")]) == 0
+    table = capsys.readouterr().err.splitlines()
+    # notes.md's "full fine-tuning 1e-4 (v2)" and "SCALE-Preserve 3e-3" rows
+    assert "| full | 0.0001 | 1234 | 1.0015 | 1.0047 | 1.0050 | 24.9 % (1.0027) |" in table
+    assert "| scale-preserve | 0.003 | 1234 | 0.9878 | 0.9410 | not reached | 14.5 % (0.9449) |" in table
+    assert len(table) == 19 and not any("[" in row for row in table)
