@@ -348,7 +348,8 @@ def best_lr_table(runs: list[Run], levels: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-RUN_LEVELS = (0.05, 0.1, 0.2)  # the real model's learning levels (reports/recipe_frontier.py)
+RUN_LEVELS = (0.05, 0.1, 0.2)
+"""The real model's learning levels: the recipe's frontier (reports/recipe_frontier.py LEVELS) and its runs' cells."""
 
 
 def run_cells_table(runs: Iterable[Mapping[str, Any]], levels: Sequence[float] = RUN_LEVELS) -> str:

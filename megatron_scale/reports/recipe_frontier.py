@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron_scale.recipe.layout import run_name
-from megatron_scale.reports.frontier import Point, Run
+from megatron_scale.reports.frontier import RUN_LEVELS, Point, Run
 from megatron_scale.reports.frontier_report import Axes, Marker
 from megatron_scale.reports.recipe import _pct, evaluations
 from megatron_scale.reports.route_sweep import load_sweep
 
-LEVELS = (0.05, 0.1, 0.2)
+LEVELS = RUN_LEVELS
 SEED = 1234  # training's default --seed: a run whose folder names no seed trained with it
 
 
