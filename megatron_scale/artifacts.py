@@ -152,7 +152,8 @@ TRACKER = Artifact(
 METRICS = Artifact(
     where="runs/{method}/metrics.jsonl",
     writer="the training entry (training/metrics.py MetricsLog), one line per record",
-    readers="reports/recipe.py (evaluations), reports/recipe_frontier.py",
+    readers="run_metrics.py (evaluations, start_record), for reports/recipe.py, reports/recipe_frontier.py, "
+            "evaluation/splice.py",
     holds='lines {"kind": "eval/<set>", "iteration", "lm_loss", "ppl"[, "preserve_fraction"]}; '
           '"train" and "resume" lines')
 

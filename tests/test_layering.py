@@ -19,6 +19,8 @@
   methods, the launcher, training, the runners (evaluation/), the checkpoint wing or conversion;
   only the training entry (train.py) and bio/ import training/; results/ scripts import nothing of
   the package;
+- no cycle between rooms (the package's folders and top-level modules), function-level imports
+  counted; run records are read through megatron_scale/run_metrics.py, below them all;
 - the recipe (recipe/) and the reports' tables import the standard library, each other and the
   package's standard-library floor only: tests/recipe/test_standard_library.py."""
 
@@ -332,6 +334,34 @@ def test_only_the_checkpoint_wing_reads_or_writes_common_state() -> None:
             offenders[rel] = found
     assert offenders == {}
     assert any("dist_checkpointing" in p.read_text() for p in wing.glob("*.py"))
+
+
+def _room(module: str) -> str:
+    """A module's room: the package folder (or top-level module) it sits in, megatron_scale.<room>...."""
+    return module.split(".")[1] if "." in module else module
+
+
+def _room_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of the room graph (an arrow wherever a module of one room imports one of another),
+    as the rooms of each strongly connected component of more than one room."""
+    arrows: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        arrows.setdefault(_room(m), set()).update(_room(d) for d in deps if _room(d) != _room(m))
+    reach = {r: _reached(arrows, r) for r in arrows}
+    return sorted({tuple(sorted(c for c in reach[r] if r in reach.get(c, ()))) for r in arrows if r in reach[r]})
+
+
+def test_no_cycle_between_rooms() -> None:
+    """The folders stand on one another in floors: no room imports, through any chain of modules (a
+    function-level import counted), a room that imports it. Module-level cycles are caught above; a
+    room-level one (bio -> evaluation -> reports -> bio, once: evaluation/splice.py read run records
+    through the reports) is what lifts a floor without any module cycle."""
+    graph = _module_graph()
+    assert _room_cycles(graph) == []
+    # the rule has teeth: the arrow the run records once made is caught
+    probe = {**graph, "megatron_scale.evaluation.splice": graph["megatron_scale.evaluation.splice"]
+             | {"megatron_scale.reports.recipe"}}
+    assert ["bio", "evaluation", "reports"] in [list(c) for c in _room_cycles(probe)]
 
 
 def test_evaluation_does_not_import_training() -> None:

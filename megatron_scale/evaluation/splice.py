@@ -143,7 +143,7 @@ def checkpoint_sides(load: str | os.PathLike, windows: Mapping[str, torch.Tensor
 
 
 def _start(metrics: Path) -> dict[str, Any]:
-    from megatron_scale.reports.recipe_frontier import start_record
+    from megatron_scale.run_metrics import start_record
 
     start = start_record(metrics)
     need = ("seq_length", "global_batch_size", "eval_iters", "eval_data")
@@ -183,7 +183,7 @@ def splice_run(run_dir: str | os.PathLike, base: str | os.PathLike, tokenizer: s
     returns a summary. `score` is checkpoint_sides (a seam for tests)."""
     from megatron_scale.durable import atomic_write
     from megatron_scale.data.tokenizer import token_bytes
-    from megatron_scale.reports.recipe import evaluations
+    from megatron_scale.run_metrics import evaluations
     from megatron_scale.evaluation.route_records import eval_windows
 
     from megatron_scale.model.layers.output_rows import SCRIPTS

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.reports.recipe_frontier import Axis, Spec, losses_of, start_record
+from megatron_scale.reports.recipe_frontier import Axis, Spec, losses_of
+from megatron_scale.run_metrics import start_record
 
 
 def crossing(points: Sequence[tuple[float, float]], level: float) -> tuple[float, float, float] | None:

@@ -37,6 +37,7 @@ from megatron_scale import method_catalog as catalog
 from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.reports.benchmarks import section
 from megatron_scale.reports.route_sweep import route_section
+from megatron_scale.run_metrics import evaluations
 
 
 @dataclass(kw_only=True)
@@ -53,27 +54,6 @@ class Row:
     """SCALE-Route: share of tokens the router sent to the preservation head, per set."""
     bpb: dict[str, float] = field(default_factory=dict)
     """Bits per UTF-8 byte per evaluation set whose bytes are known (empty without them)."""
-
-
-def evaluations(metrics: str | os.PathLike) -> dict[int, dict[str, dict]]:
-    """Every `eval/<name>` record of a metrics JSONL file, by iteration then set name."""
-    path = Path(metrics)
-    if not path.is_file():
-        raise FileNotFoundError(f"metrics file {path} does not exist (did the run finish?)")
-    evals: dict[int, dict[str, dict]] = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e})") from e
-        kind = rec.get("kind", "")
-        if kind.startswith("eval/"):
-            evals.setdefault(rec["iteration"], {})[kind[5:]] = rec
-    if not evals:
-        raise ValueError(f"{path}: no evaluation records (run with --eval-interval and --eval-data-path)")
-    return evals
 
 
 def last_eval(metrics: str | os.PathLike, iteration: int | None = None) -> tuple[int, dict[str, dict]]:

@@ -39,8 +39,9 @@ from pathlib import Path
 from megatron_scale.recipe.layout import run_name
 from megatron_scale.reports.frontier import RUN_LEVELS, Point, Run
 from megatron_scale.reports.frontier_report import Axes, Marker
-from megatron_scale.reports.recipe import _pct, evaluations
+from megatron_scale.reports.recipe import _pct
 from megatron_scale.reports.route_sweep import load_sweep
+from megatron_scale.run_metrics import evaluations, start_record
 
 LEVELS = RUN_LEVELS
 SEED = 1234  # training's default --seed: a run whose folder names no seed trained with it
@@ -147,14 +148,6 @@ def parts(losses: Mapping[str, float], base: Mapping[str, float], axis: Axis) ->
 
 
 WINDOWS = ("seq_length", "global_batch_size", "eval_iters", "eval_seed", "eval_data")  # what fixes the evaluated windows
-
-
-def start_record(metrics: str | os.PathLike) -> dict:
-    """A run's "start" record (training/loop.py: its settings), {} where it has none."""
-    for line in Path(metrics).read_text().splitlines():
-        if line.startswith('{"kind": "start"'):
-            return json.loads(line)
-    return {}
 
 
 def losses_of(metrics: str | os.PathLike, axis: Axis, base: str | os.PathLike | None = None) -> dict[int, dict[str, float]]:

@@ -93,7 +93,8 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 def test_a_spliced_run_is_a_frontier_run_with_the_direct_bits_per_byte(run: dict) -> None:
-    from megatron_scale.reports.recipe import bits_per_byte, evaluations
+    from megatron_scale.reports.recipe import bits_per_byte
+    from megatron_scale.run_metrics import evaluations
     from megatron_scale.reports.recipe_frontier import Spec, runs_of
 
     out = run["tmp"] / "splice"

@@ -10,7 +10,8 @@ import sys
 
 from tests.test_layering import PKG, _imports
 
-STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.durable", "megatron_scale.artifacts", "megatron_scale.method_catalog")
+STDLIB_FLOOR = ("megatron_scale.flags", "megatron_scale.durable", "megatron_scale.artifacts", "megatron_scale.method_catalog",
+                "megatron_scale.run_metrics")
 """The package's standard-library floor: modules that import nothing outside the standard library,
 so that the recipe's launcher (run without site-packages) and the reports may use them."""
 
