@@ -208,5 +208,14 @@ PART_RECORD = Artifact(where="slurm/{part}.json", writer="recipe/array.py record
 TIMING = Artifact(where="timings/{key}.json", writer="recipe/progress.py Timings.ended, as a step that ran ends done",
                   readers="recipe/progress.py (the estimate of the time left)", holds='"seconds", "work", "kind"')
 
+# the biography benchmark's outputs, relative to its --out (tools/biography_benchmark.py; no recipe step)
+BIO_RESULTS = Artifact(where="results.json", writer="tools/biography_benchmark.py (reports/bio.py write_all)",
+                       readers="people (the frontier reads the stage files: reports/bio_frontier.py)",
+                       holds='"settings", "methods" (each method\'s curves and final scores)')
+BIO_TABLE = Artifact(where="table.md", writer="tools/biography_benchmark.py (reports/bio.py write_all)",
+                     readers="people", holds="the benchmark's tables (Markdown)")
+BIO_PLOT = Artifact(where="plot.png", writer="tools/biography_benchmark.py (reports/bio.py write_all)",
+                    readers="people", holds="both tasks' first-token accuracy along training")
+
 ARTIFACTS: tuple[Artifact, ...] = (TRACKER, METRICS, SWEEP, SWEEP_PLOT, TEXT_BYTES, BENCHMARK, RESULTS, REPORT,
                                    GENERATIONS, GENERATIONS_MD, PART_RECORD, TIMING)

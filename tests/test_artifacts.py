@@ -58,3 +58,18 @@ def test_each_file_says_whether_it_is_current(tmp_path: Path) -> None:
     assert artifacts.GENERATIONS.current(out, {"full": hf})
     assert not artifacts.GENERATIONS.current(out, {"base": tmp_path, "full": hf})  # another model, or order
     assert all(a.writer and a.readers and a.holds for a in artifacts.ARTIFACTS)
+
+
+def test_only_the_registry_spells_the_passed_on_file_names() -> None:
+    """Writers and readers take a passed-on file's path from the registry (Artifact.path / .name):
+    outside megatron_scale/artifacts.py no package module or tool spells these names as a string."""
+    import re
+
+    repo = Path(artifacts.__file__).resolve().parents[1]
+    spelled = re.compile(r'"(sweep|results|generations|text_bytes)\.json"')
+    files = sorted([*(repo / "megatron_scale").rglob("*.py"), *(repo / "tools").rglob("*.py")])
+    assert len(files) > 50
+    hits = [f"{p.relative_to(repo)}:{n}" for p in files if p.name != "artifacts.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if spelled.search(line)]
+    assert hits == []
+    assert spelled.search('where="report/x", name="results.json"')  # the pattern has teeth

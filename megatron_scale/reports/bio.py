@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any
 
+from megatron_scale import artifacts
 from megatron_scale import method_catalog as catalog
 from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.route_eval.report import plot as route_plot
@@ -139,7 +140,8 @@ def plot(results: dict[str, Any], path: str) -> None:
 def write_all(results: dict[str, Any], out_dir: str) -> dict[str, str]:
     """results.json, table.md and plot.png under `out_dir`; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, n) for k, n in (("json", "results.json"), ("table", "table.md"), ("plot", "plot.png"))}
+    paths = {k: str(a.path(out_dir)) for k, a in (("json", artifacts.BIO_RESULTS), ("table", artifacts.BIO_TABLE),
+                                                   ("plot", artifacts.BIO_PLOT))}
     write_json(paths["json"], results)
     atomic_write(paths["table"], (table(results) + "\n" + router_table(results) + "\n" + expansion_table(results)
                                   ).encode("utf-8"))

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron_scale import artifacts
 from megatron_scale.recipe.layout import run_name
 from megatron_scale.reports.frontier import RUN_LEVELS, Point, Run
 from megatron_scale.reports.frontier_report import Axes, Marker
@@ -114,11 +115,11 @@ class Spec:
 
     @property
     def metrics(self) -> Path:
-        return self.run_dir / "metrics.jsonl"
+        return artifacts.METRICS.path(self.workdir, method=run_name(self.method, self.seed))
 
     @property
     def sweep(self) -> Path:
-        return self.run_dir / "sweep" / "sweep.json"
+        return artifacts.SWEEP.path(self.workdir, method=run_name(self.method, self.seed))
 
     def trained_seed(self) -> int:
         """The run's seed: the one its metrics record (the training entry's "start" record), which
