@@ -20,7 +20,8 @@
   only the training entry (train.py) and bio/ import training/; results/ scripts import nothing of
   the package;
 - no cycle between rooms (the package's folders and top-level modules), function-level imports
-  counted; run records are read through megatron_scale/run_metrics.py, below them all;
+  counted, and the package's rooms on at most 11 floors (tools/ the 12th); run records are read
+  through megatron_scale/run_metrics.py, below them all;
 - the recipe (recipe/) and the reports' tables import the standard library, each other and the
   package's standard-library floor only: tests/recipe/test_standard_library.py."""
 
@@ -362,6 +363,37 @@ def test_no_cycle_between_rooms() -> None:
     probe = {**graph, "megatron_scale.evaluation.splice": graph["megatron_scale.evaluation.splice"]
              | {"megatron_scale.reports.recipe"}}
     assert ["bio", "evaluation", "reports"] in [list(c) for c in _room_cycles(probe)]
+
+
+def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each room's floor: 1 for a room that imports no other, else one above the highest it imports."""
+    arrows: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        arrows.setdefault(_room(m), set()).update(_room(d) for d in deps if _room(d) != _room(m))
+    floors: dict[str, int] = {}
+
+    def floor(r: str) -> int:
+        if r not in floors:
+            floors[r] = 1 + max((floor(t) for t in arrows.get(r, ())), default=0)
+        return floors[r]
+
+    for r in arrows:
+        floor(r)
+    return floors
+
+
+def test_the_package_stands_on_at_most_eleven_floors() -> None:
+    """The house of code-review-5.md §5 (tools/ on top, one floor above the package) keeps to 12
+    floors: the package's rooms on at most 11. A new arrow that lifts a room over another floor
+    (as route_eval/stored.py -> training once did) fails here, and the room that rose is named."""
+    graph = _module_graph()
+    assert _room_cycles(graph) == []
+    floors = _floors(graph)
+    assert len(floors) > 25 and floors["flags"] == 1
+    assert max(floors.values()) <= 11, sorted(floors.items(), key=lambda kv: -kv[1])[:4]
+    probe = {**graph, "megatron_scale.route_eval.curves": graph["megatron_scale.route_eval.curves"]
+             | {"megatron_scale.training.loop"}}
+    assert max(_floors(probe).values()) > 11  # the arrow of ea8ecd5 would add a floor
 
 
 def test_evaluation_does_not_import_training() -> None:
