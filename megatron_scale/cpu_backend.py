@@ -128,12 +128,12 @@ def enable_cpu_backend() -> bool:
         return False
     _check_version()
     cuda = torch.cuda
-    cuda.current_device = lambda: str(DEVICE)  # type: ignore[assignment,return-value]
-    cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
-    cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]
-    cuda.Stream = _NoStream  # type: ignore[assignment,misc]
-    cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
-    cuda.empty_cache = lambda: None  # type: ignore[assignment]
+    cuda.current_device = lambda: str(DEVICE)  # type: ignore[assignment,return-value]  # the CPU backend replaces torch.cuda's functions (their stubs type them)
+    cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]  # the CPU backend replaces torch.cuda's functions
+    cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]  # the CPU backend replaces torch.cuda's functions
+    cuda.Stream = _NoStream  # type: ignore[assignment,misc]  # a stand-in class over torch.cuda.Stream
+    cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]  # the CPU backend replaces torch.cuda's functions
+    cuda.empty_cache = lambda: None  # type: ignore[assignment]  # the CPU backend replaces torch.cuda's functions
     _mode = _CudaToCpu(hooks.device_audit(DEVICE))
     _mode.__enter__()
     return True

@@ -47,7 +47,7 @@ def field_docs(cls: type) -> dict[str, str]:
         if klass is object or not dataclasses.is_dataclass(klass):
             continue
         try:
-            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]  # a class's source parses to a ClassDef, which has .body
         except (OSError, TypeError):
             continue
         for node, after in zip(body, body[1:]):
@@ -158,7 +158,7 @@ def optional_twin(cls: type, name: str, module: str) -> type:
               for f in flag_fields(cls)]
     twin = dataclasses.make_dataclass(name, fields, kw_only=True, module=module)
     twin.__doc__ = f"{cls.__name__}'s flags as given (None: not given)."
-    twin.__twin_of__ = cls  # type: ignore[attr-defined]
+    twin.__twin_of__ = cls  # type: ignore[attr-defined]  # a marker attribute on a class made at run time
     return twin
 
 

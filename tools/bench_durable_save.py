@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     params = sum(t.numel() for t in model.parameters())
     real = (io.fsync_tree, io.durable_replace)
 
-    def quick_replace(src: object, dst: object, *, synced: bool = False) -> None:
-        os.replace(src, dst)  # type: ignore[arg-type]
+    def quick_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, synced: bool = False) -> None:
+        os.replace(src, dst)
 
     times: dict[str, list[float]] = {"not durable": [], "durable": []}
     a.dir.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ def main() -> None:
               f"resumed bitwise  [{time.monotonic() - start:.0f} s]", flush=True)
         progress.n += 1
 
-    progress.n = 0  # type: ignore[attr-defined]
+    progress.n = 0  # type: ignore[attr-defined]  # a counter kept on the function object
     with tempfile.TemporaryDirectory(dir=a.workdir and str(a.workdir)) as root:
         try:
             trials = run_trials(Path(root), a.trials, a.seed, a.resume_kill, a.max_kills, tuple(a.methods), progress)

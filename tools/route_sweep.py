@@ -24,9 +24,13 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 from megatron_scale.cli import name_value, run_tool
 from megatron_scale.route_stats.statistics import STATISTICS
+
+if TYPE_CHECKING:  # imported lazily at run time: the tool's --help stays light
+    from megatron_scale.evaluation.route_sweep import SweepSettings
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_of(a: argparse.Namespace):  # type: ignore[no-untyped-def]
+def settings_of(a: argparse.Namespace) -> SweepSettings:
     """The parsed flags as the runner's SweepSettings (what sweep.json records under "settings")."""
     from megatron_scale.evaluation.route_sweep import SweepSettings
 

@@ -127,7 +127,7 @@ def _convert_rank(hf_dir: str, out_dir: str, args: LlamaArgs, tp: int, pp: int, 
     reader = SafetensorsReader(hf_dir)
     model = build_model(args, Full(), Parallel(tp=tp, pp=pp)).to(device)
     with tqdm(desc="reading HF tensors", unit="tensor", disable=not (progress and rank0)) as bar:
-        load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]
+        load_global_state_dict(model, LazyMegatronState(reader, args, bar))  # type: ignore[arg-type]  # LazyMegatronState is a Mapping that loads tensors on access, not a dict
     save_checkpoint(model, out_dir, method=Full(), model_args=args.to_json())
 
 

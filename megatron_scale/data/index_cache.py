@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,8 @@ def _whole(path: Path) -> str | None:
     return None if size == need else f"{size} bytes, its header needs {need}"
 
 
-def check_index_cache(folder: str | os.PathLike[str], say=lambda line: print(line, file=sys.stderr)) -> list[str]:  # type: ignore[no-untyped-def]
+def check_index_cache(folder: str | os.PathLike[str],
+                      say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> list[str]:
     """Remove every incomplete group of cached indices under `folder`; returns the groups removed."""
     root = Path(folder)
     if not root.is_dir():

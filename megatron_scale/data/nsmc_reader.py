@@ -72,7 +72,7 @@ def review_from(obj: object, where: str) -> Review:
     if isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 10:
         raise NsmcError(f"{where}: rating {values['rating']!r} is not an integer from 1 to 10")
     values["rating"] = rating
-    return Review(**values)  # type: ignore[arg-type]
+    return Review(**values)  # type: ignore[arg-type]  # values checked field by field above, a dict[str, object] to mypy
 
 
 def _jsonl_reviews(path: str) -> Iterator[tuple[int, Review]]:

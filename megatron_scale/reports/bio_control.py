@@ -196,10 +196,10 @@ def summarise(found: Sequence[Match], lrs: Sequence[float] | None = None) -> dic
     rows, levels = {}, {}
 
     def level(at: list[Match], stop: float | None | str) -> dict[str, Any]:
-        per_seed = {s: statistics.fmean([m.diff for m in at if m.control.seed == s])  # type: ignore[misc]
+        per_seed = {s: statistics.fmean([m.diff for m in at if m.control.seed == s])  # type: ignore[misc]  # m.diff is not None in `use` (filtered above)
                     for s in sorted({m.control.seed for m in at})}
         return {"stop_at": stop, "lrs": sorted({m.control.lr for m in at}), "by_seed": per_seed,
-                **spread(list(per_seed.values())), "single_points": spread([m.diff for m in at])}  # type: ignore[misc]
+                **spread(list(per_seed.values())), "single_points": spread([m.diff for m in at])}  # type: ignore[misc]  # m.diff is not None in `use` (filtered above)
 
     stops = sorted({m.control.stop_at for m in use}, key=lambda s: (s is None, s or 0))
     for stop in stops:

@@ -221,7 +221,7 @@ def spread(values: Sequence[float], seeds: Sequence[int] = (), measured: Sequenc
 
 
 def summarise(runs: Iterable[Run], levels: Sequence[float], *, max_gap: float | None = None,
-              cap: float | None = None) -> dict[str, dict[str, object]]:
+              cap: float | None = None) -> dict[str, dict[str, Any]]:
     """Per method: {"levels": {level: Spread of the best retention over its learning rates per
     seed}, "area": Spread of the per-seed frontier area (every point of every learning rate),
     "seeds": n}. A level no run of a seed reaches counts for that seed as not reached. A seed's
@@ -230,7 +230,7 @@ def summarise(runs: Iterable[Run], levels: Sequence[float], *, max_gap: float | 
     by_method: dict[str, dict[int, list[Run]]] = {}
     for run in runs:
         by_method.setdefault(run.method, {}).setdefault(run.seed, []).append(run)
-    out: dict[str, dict[str, object]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for method, seeds in by_method.items():
         per_level: dict[float, Spread] = {}
         for level in levels:
@@ -248,7 +248,7 @@ def summarise(runs: Iterable[Run], levels: Sequence[float], *, max_gap: float | 
     return out
 
 
-def optimum_table(summary: Mapping[str, Mapping[str, object]], levels: Sequence[float], *, new: str = "task 1",
+def optimum_table(summary: Mapping[str, Mapping[str, Any]], levels: Sequence[float], *, new: str = "task 1",
                   methods: Sequence[str] | None = None) -> str:
     """Markdown: per method, the LRs it ran at and, per level, each seed's best LR and in how many
     seeds that LR is interior to the grid (neither its lowest nor its highest LR; a level the
@@ -257,10 +257,10 @@ def optimum_table(summary: Mapping[str, Mapping[str, object]], levels: Sequence[
     lines = [f"| method | LRs run | {head} |", "|---|---|" + "---|" * len(levels)]
     for method in summary if methods is None else [m for m in methods if m in summary]:
         s = summary[method]
-        grid = s["lrs"]  # type: ignore[index]
+        grid = s["lrs"]
         cells = []
         for level in levels:
-            v = s["levels"][level]  # type: ignore[index]
+            v = s["levels"][level]
             if not v.n:
                 cells.append("not reached")
                 continue
@@ -289,9 +289,9 @@ class Paired:
         return f"{text}, {self.ahead}/{d.n} > 0" + (f" (~{self.chords} chord)" if self.chords else "")
 
 
-def paired(summary: Mapping[str, Mapping[str, object]], a: str, b: str, level: float) -> Paired:
+def paired(summary: Mapping[str, Mapping[str, Any]], a: str, b: str, level: float) -> Paired:
     """a - b per seed at `level` from summarise's per-seed bests."""
-    sa, sb = (summary[m]["levels"][level] for m in (a, b))  # type: ignore[index]
+    sa, sb = (summary[m]["levels"][level] for m in (a, b))
     va = dict(zip(sa.seeds, zip(sa.values, sa.measured, strict=True), strict=True))
     vb = dict(zip(sb.seeds, zip(sb.values, sb.measured, strict=True), strict=True))
     common = sorted(set(va) & set(vb))
@@ -300,7 +300,7 @@ def paired(summary: Mapping[str, Mapping[str, object]], a: str, b: str, level: f
     return Paired(a, b, level, spread(diffs, common), sum(d > 0 for d in diffs), chords)
 
 
-def table(summary: Mapping[str, Mapping[str, object]], levels: Sequence[float], *,
+def table(summary: Mapping[str, Mapping[str, Any]], levels: Sequence[float], *,
           new: str = "task 1", old: str = "task 0", methods: Sequence[str] | None = None) -> str:
     """Markdown: one row per method (all, or `methods` in that order), the best `old` retention at
     each `new` level and the area."""
@@ -308,12 +308,12 @@ def table(summary: Mapping[str, Mapping[str, object]], levels: Sequence[float], 
     lines = [f"| method | seeds | {head} | frontier area |", "|---|---|" + "---|" * len(levels) + "---|"]
     for method in summary if methods is None else [m for m in methods if m in summary]:
         s = summary[method]
-        cells = " | ".join(str(s["levels"][level]) for level in levels)  # type: ignore[index]
+        cells = " | ".join(str(s["levels"][level]) for level in levels)
         lines.append(f"| {method} | {s['seeds']} | {cells} | {s['area']} |")
     return "\n".join(lines) + "\n"
 
 
-def paired_table(summary: Mapping[str, Mapping[str, object]], pairs: Sequence[tuple[str, str]],
+def paired_table(summary: Mapping[str, Mapping[str, Any]], pairs: Sequence[tuple[str, str]],
                  levels: Sequence[float], *, new: str = "task 1") -> str:
     """Markdown: one row per pair (a, b) present in the summary, a - b per seed at each level:
     mean [min, max] sd, and in how many seeds a is ahead."""

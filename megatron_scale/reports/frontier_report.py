@@ -24,6 +24,7 @@ import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from megatron_scale.durable import atomic_write, save_figure
 from megatron_scale.reports.frontier import (
@@ -96,11 +97,11 @@ def markers_table(markers: Sequence[Marker], runs: Sequence[Run], axes: Axes) ->
     return "\n".join(lines) + "\n"
 
 
-def _signed(s: object) -> str:
-    return str(s) if getattr(s, "n", 0) == 0 else f"{s.mean:+.3f}" + ("" if s.n == 1 else f" [{s.low:+.3f}, {s.high:+.3f}]")  # type: ignore[attr-defined]
+def _signed(s: Any) -> str:
+    return str(s) if getattr(s, "n", 0) == 0 else f"{s.mean:+.3f}" + ("" if s.n == 1 else f" [{s.low:+.3f}, {s.high:+.3f}]")
 
 
-def _staircase(ax, front: list[tuple[float, float]], k: float, **style) -> None:  # type: ignore[no-untyped-def]
+def _staircase(ax: Any, front: list[tuple[float, float]], k: float, **style: Any) -> None:
     ax.step([0.0] + [k * n for n, _ in front], [k * front[0][1]] + [k * o for _, o in front], where="pre", **style)
 
 
@@ -144,14 +145,14 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
     if levels:
         summary = summarise(runs, levels, max_gap=max_gap)
         for method, s in summary.items():
-            for level, v in s["levels"].items():  # type: ignore[union-attr]
+            for level, v in s["levels"].items():
                 if v.n:
                     right.plot([k * level], [k * v.mean], "o", ms=6, color=colours[method],
                                markerfacecolor=colours[method] if not v.chords else "none")
         for mode, mark in ((CAPPED, "+"), (PER_SET, "x")):  # the capped readings, where they differ from raw
             for method, s in summarise(as_retention(runs, mode, axes.old_sets)[0], levels, max_gap=max_gap).items():
-                for level, v in s["levels"].items():  # type: ignore[union-attr]
-                    raw = summary[method]["levels"][level]  # type: ignore[index]
+                for level, v in s["levels"].items():
+                    raw = summary[method]["levels"][level]
                     if v.n and abs(v.mean - raw.mean) > 1e-12:
                         right.plot([k * level], [k * v.mean], mark, ms=7, color=colours[method])
     grouped: dict[tuple[str, float], list[Marker]] = {}
@@ -178,9 +179,9 @@ def plot(runs: Sequence[Run], path: str, title: str, axes: Axes, *, levels: Sequ
     plt.close(fig)
 
 
-def _summary_json(summary: Mapping[str, Mapping[str, object]]) -> dict:
+def _summary_json(summary: Mapping[str, Mapping[str, Any]]) -> dict:
     return {m: {"seeds": s["seeds"], "lrs": s["lrs"], "area": vars(s["area"]),
-                "levels": {str(level): vars(v) for level, v in s["levels"].items()}}  # type: ignore[union-attr]
+                "levels": {str(level): vars(v) for level, v in s["levels"].items()}}
             for m, s in summary.items()}
 
 
@@ -203,7 +204,7 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
     above_one = any(o > 1.0 for r in runs for _, o in r.curve)
     part_above_one = any(v > 1.0 for r in runs for p in r.parts for v in p)
 
-    def pair_docs(of: Mapping[str, Mapping[str, object]]) -> list[dict]:
+    def pair_docs(of: Mapping[str, Mapping[str, Any]]) -> list[dict]:
         return [{"a": a, "b": b, "level": lv, **vars((d := paired(of, a, b, lv)).diff), "ahead": d.ahead,
                  "chords": d.chords} for a, b in pairs if a in of and b in of for lv in levels]
 
@@ -229,7 +230,7 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
     text = [f"Best {axes.old_name} retention at equal {axes.new_name} learning (seeds {seeds}; mean [min, max] "
             "over seeds of the best over LRs)\n"]
 
-    def tables(of: Mapping[str, Mapping[str, object]]) -> list[str]:
+    def tables(of: Mapping[str, Mapping[str, Any]]) -> list[str]:
         out, shown = [], set()
         for name, methods in sections:
             out += [f"**{name}**\n", table(of, levels, methods=methods, **kw)]
@@ -252,11 +253,11 @@ def write(runs: Sequence[Run], out_dir: str, title: str, levels: Sequence[float]
         if left:
             text.append("Left out (no per-set retentions recorded: a curve from an earlier frontier.json without "
                         "them): " + ", ".join(sorted({f"{r.method} lr {r.lr:g} seed {r.seed}" for r in left})) + ".\n")
-        if mode == RAW and any(v.chords for s in of.values() for v in s["levels"].values()):  # type: ignore[union-attr]
+        if mode == RAW and any(v.chords for s in of.values() for v in s["levels"].values()):
             text.append(f"~: in (~k/n) of the seeds the best value is a chord: its two bracketing evaluations are "
                         f"more than {gap:g} apart in {axes.new_name} learning, so no evaluation looked near the "
                         "level; it is interpolated, not measured.\n")
-        trained = [m for m in of if "[" not in m and len(of[m]["lrs"]) > 1]  # type: ignore[arg-type]
+        trained = [m for m in of if "[" not in m and len(of[m]["lrs"]) > 1]
         if trained:
             text += [f"Which LR gives each seed's best ({mode}; a method's optimum is bracketed where it is interior):\n",
                      optimum_table(of, levels, new=axes.new, methods=trained)]

@@ -300,10 +300,10 @@ def enable(emulated: torch.device) -> None:
     if _enabled:
         return
     _emulated = emulated
-    torch.from_numpy = _from_numpy  # type: ignore[assignment]
-    torch.Tensor.__getstate__ = _getstate  # type: ignore[method-assign,assignment]
-    torch.nn.Parameter.__new__ = staticmethod(_parameter_new)  # type: ignore[method-assign,assignment]
-    dist.new_group = _new_group  # type: ignore[assignment]
+    torch.from_numpy = _from_numpy  # type: ignore[assignment]  # the audit patches torch while armed, restored by disable()
+    torch.Tensor.__getstate__ = _getstate  # type: ignore[method-assign,assignment]  # the audit patches torch while armed, restored by disable()
+    torch.nn.Parameter.__new__ = staticmethod(_parameter_new)  # type: ignore[method-assign,assignment]  # the audit patches torch while armed, restored by disable()
+    dist.new_group = _new_group  # type: ignore[assignment]  # the audit patches torch while armed, restored by disable()
     for name in _COLLECTIVES:
         if hasattr(dist, name):
             setattr(dist, name, _check_collective(name, getattr(dist, name)))

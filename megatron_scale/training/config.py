@@ -106,7 +106,7 @@ class MethodChoice:
 
 
 @dataclass(kw_only=True)
-class MethodConfig(*FLAG_CLASSES, MethodChoice):  # type: ignore[misc]
+class MethodConfig(*FLAG_CLASSES, MethodChoice):  # type: ignore[misc]  # bases from a tuple: mypy cannot follow a starred base list
     """--method and the settings of each method: the fields of every method's flags class
     (megatron_scale/methods/; None: --load's record, else the default)."""
 

@@ -78,4 +78,4 @@ def upscale_state_dict(base: dict[str, torch.Tensor], dims: ScaleDims) -> dict[s
 
 def load_upscaled(model: nn.Module, base: dict[str, torch.Tensor]) -> None:
     """Fill a freshly built SCALE model (this rank's shards) from a base global state dict."""
-    load_global_state_dict(model, upscale_state_dict(base, model.scale_dims), strict=True)  # type: ignore[arg-type]
+    load_global_state_dict(model, upscale_state_dict(base, model.scale_dims), strict=True)  # type: ignore[arg-type]  # model.scale_dims is set by the SCALE builder, which nn.Module's type does not know
