@@ -20,7 +20,6 @@ import contextlib
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.evaluation.benchmarks import Scorer
 from megatron_scale.evaluation.job import Job
 from megatron_scale.model.layers.heads import HEADS
+from megatron_scale.scale_config import Router
 
 
 def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
@@ -93,30 +93,18 @@ def resolved_head(head: str, dims: Any, where: Path, router: Router | None = Non
     return ("route" if route else "adapt") if head == "auto" else head
 
 
-@dataclass(frozen=True)
-class Router:
-    """A router to evaluate with instead of the checkpoint's (model/layers/heads.py router_settings)."""
-
-    statistic: str
-    direction: str
-    tau: float
-    unit: str
-
-    @classmethod
-    def parse(cls, text: str) -> Router:
-        from megatron_scale.scale_config import check_router
-
-        parts = text.split(":")
-        try:
-            stat, direction, tau, unit = parts[0], parts[1], float(parts[2]), parts[3]
-        except (IndexError, ValueError):
-            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT, e.g. "
-                             "max-prob:above:0.42:char") from None
-        if len(parts) != 4:
-            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT")
-        check_router(tau, stat, "--router TAU", "--router STATISTIC", direction, "--router DIRECTION", unit,
-                     "--router UNIT")
-        return cls(stat, direction, tau, unit)
+def parse_router(text: str) -> Router:
+    """--router STATISTIC:DIRECTION:TAU:UNIT: a router to evaluate with instead of the checkpoint's
+    (model/layers/heads.py router_settings)."""
+    parts = text.split(":")
+    try:
+        stat, direction, tau, unit = parts[0], parts[1], float(parts[2]), parts[3]
+    except (IndexError, ValueError):
+        raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT, e.g. "
+                         "max-prob:above:0.42:char") from None
+    if len(parts) != 4:
+        raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT")
+    return Router(tau=tau, statistic=stat, direction=direction, unit=unit).check(lambda name: f"--router {name.upper()}")
 
 
 def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, router: Router | None = None, *,
@@ -138,8 +126,7 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, r
     with contextlib.ExitStack() as overrides:
         if router is not None:  # a context held for the whole evaluation (a bare __enter__() on the
             # temporary would be undone at once, when the temporary is freed)
-            overrides.enter_context(router_settings(model, router.tau, router.statistic, router.direction,
-                                                    router.unit))
+            overrides.enter_context(router_settings(model, router))
         return _scored(model, reader, tok, tokenizer, used, job, router, device)
 
 
@@ -170,7 +157,7 @@ def _scored(model: Any, reader: Any, tok: Any, tokenizer: str, used: str | None,
     record.update(checkpoint=str(reader.dir), head=used, tp=tp, pp=pp,
                   dtype=str(args.params_dtype), device=str(device))
     if router is not None:
-        record["router"] = vars(router)
+        record["router"] = router.record()
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, record if reports else None)
     return next(r for r in everyone if r is not None)
@@ -183,9 +170,9 @@ def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
     from megatron_scale.model.layers.heads import output_layers, set_unit_codes
 
     layers = output_layers(model)
-    if not layers or layers[0].unit == "token":
+    if not layers or layers[0].router.unit == "token":
         return False
-    set_unit_codes(model, unit_codes(tokenizer, vocab, layers[0].unit))  # raises for a tokenizer without bytes
+    set_unit_codes(model, unit_codes(tokenizer, vocab, layers[0].router.unit))  # raises for a tokenizer without bytes
     return True
 
 

@@ -184,7 +184,7 @@ def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
     heads = output_layers(model)
     if not heads or not heads[0].routed:
         return
-    unit = cfg.logging.route_unit or heads[0].unit
+    unit = cfg.logging.route.over(heads[0].router).unit
     flag = "--route-unit" if cfg.logging.route_unit else "the checkpoint's router unit (--scale-router-unit)"
     if cfg.model.tokenizer_model is None:
         if unit != "token":
@@ -259,8 +259,7 @@ def evaluate(run: Run) -> dict[str, dict[str, float]]:
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic, log.route_direction,
-                                                    log.route_unit):
+    with torch.no_grad(), router_settings(run.model, log.route):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()
