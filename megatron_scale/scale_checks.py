@@ -1,6 +1,6 @@
 """The checks a SCALE geometry must pass and the notes on the sizes it picks, below
 scale_config.py (which resolves ScaleConfig into ScaleDims with them): each check raises one
-ScaleConfigError naming the setting and its --scale-* flag (the router's own: scale_options.py).
+ScaleConfigError naming the setting and its --scale-* flag (the router's and the gate's: scale_options.py).
 
     resolve_base_backward       auto | skip | full -> what a model runs: skip | full
     check_architecture          a base SCALE can widen (SwiGLU, bias-free, RMSNorm)
@@ -11,7 +11,6 @@ ScaleConfigError naming the setting and its --scale-* flag (the router's own: sc
 
 from __future__ import annotations
 
-import math
 from typing import Any, TypedDict
 
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
@@ -162,19 +161,6 @@ def check_tp(tp: int, ups: dict[str, int], base: BaseSizes) -> None:
             raise ScaleConfigError(
                 f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
             )
-
-
-def check_gate(statistic: object, tau: object, temperature: object, direction: object) -> None:
-    """A gate setting is usable, or one error naming its flag (--scale-gate-*)."""
-    if statistic not in GATE_STATISTICS:
-        raise ScaleConfigError(f"--scale-gate-statistic: unknown {statistic!r}; choose one of {', '.join(GATE_STATISTICS)}")
-    if not isinstance(tau, int | float) or isinstance(tau, bool) or not math.isfinite(tau):
-        raise ScaleConfigError(f"--scale-gate-tau: must be a finite number, got {tau!r}")
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise ScaleConfigError(f"--scale-gate-temperature: must be a finite number > 0, got {temperature!r}")
-    if direction not in ROUTER_DIRECTIONS:
-        raise ScaleConfigError(f"--scale-gate-direction: unknown {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}")
 
 
 def resolve_base_backward(setting: object, w12: bool, variant: str = "") -> str:

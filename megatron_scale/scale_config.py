@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from megatron_scale.flags import flag
-from megatron_scale.scale_options import Router, RouterOverride
+from megatron_scale.scale_options import Gate, Router, RouterOverride
 from megatron_scale.scale_checks import (
     ADAPT_MODULES, BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
-    base_sizes, check_architecture, check_gate,
+    base_sizes, check_architecture,
     check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, resolve_base_backward,
     size_notes,
 )
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
-    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
+    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "Gate", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
     "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "Router", "RouterOverride", "ScaleConfig",
     "ScaleConfigError", "ScaleDims", "int_list", "size_notes", "word_list",
 ]
@@ -133,6 +133,11 @@ class ScaleConfig:
         """The router the --scale-router-* settings describe."""
         return Router.of_record(self, "router_")
 
+    @property
+    def gate(self) -> Gate:
+        """The gate the --scale-gate-* settings describe."""
+        return Gate.of_record(self, "gate_")
+
     def resolve(self, base: object, tensor_parallel_size: int = 1) -> ScaleDims:
         """Validate against a base TransformerConfig-like object and return the full geometry."""
         return _resolve(self, base, tensor_parallel_size)
@@ -187,8 +192,13 @@ class ScaleDims:
     seed: int = 1234
 
     @property
+    def gate(self) -> Gate:
+        """The gate of W_out_up's term (gate_* fields)."""
+        return Gate.of_record(self, "gate_")
+
+    @property
     def gated(self) -> bool:
-        return self.gate_statistic != "none"
+        return self.gate.enabled
 
     @property
     def skip_base_backward(self) -> bool:
@@ -289,7 +299,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     cfg.router.check("--scale-router-")
     if cfg.output_rows not in OUTPUT_ROWS:
         raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
-    check_gate(cfg.gate_statistic, cfg.gate_tau, cfg.gate_temperature, cfg.gate_direction)
+    cfg.gate.check()
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -345,10 +355,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
         **dataclasses.replace(cfg.router, tau=float(cfg.router_tau)).record("router_"),
         output_rows=cfg.output_rows,
-        gate_statistic=cfg.gate_statistic,
-        gate_tau=float(cfg.gate_tau),
-        gate_temperature=float(cfg.gate_temperature),
-        gate_direction=cfg.gate_direction,
+        **dataclasses.replace(cfg.gate, tau=float(cfg.gate_tau), temperature=float(cfg.gate_temperature)).record("gate_"),
         seed=cfg.seed,
     ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from megatron_scale.scale_config import Router, RouterOverride, ScaleConfig, ScaleConfigError
+from megatron_scale.scale_config import Gate, Router, RouterOverride, ScaleConfig, ScaleConfigError
 from tests import _tiny
 
 
@@ -45,3 +45,14 @@ def test_a_router_travels_as_the_flat_keys_on_disk() -> None:
     assert other.to_record()["router_tau"] == 0.7
     with pytest.raises(ScaleConfigError, match="^--scale-router-tau"):
         dims.with_router(Router(tau=float("inf")))
+
+
+def test_a_gate_is_off_by_default_names_its_flag_and_travels_as_the_flat_keys() -> None:
+    assert not Gate().enabled and Gate(statistic="max-prob").enabled
+    with pytest.raises(ScaleConfigError, match=r"^--scale-gate-temperature: must be a finite number > 0, got -1"):
+        Gate(statistic="max-prob", temperature=-1).check()
+    dims = ScaleConfig(gate_statistic="certainty", gate_tau=0.3).resolve(_tiny.base_config(1), 1)
+    assert dims.gated and dims.gate == Gate(statistic="certainty", tau=0.3)
+    assert Gate.of_record(dims.to_record(), "gate_") == dims.gate
+    assert dims.gate.record("scale_gate_") == {"scale_gate_statistic": "certainty", "scale_gate_tau": 0.3,
+                                               "scale_gate_temperature": 0.05, "scale_gate_direction": "above"}

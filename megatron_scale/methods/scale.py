@@ -16,7 +16,6 @@ from megatron_scale.flags import flag_names, given, optional_twin
 from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
-from megatron_scale.scale_checks import check_gate
 from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims, Variant
 from megatron_scale.upscale import load_upscaled
 
@@ -142,7 +141,7 @@ class Scale(TrainingMethod):
             raise ValueError(f"{given_.where}: {e}") from e
         backward = training.pop("base_backward", None)
         dims = dataclasses.replace(dims, **training)
-        check_gate(dims.gate_statistic, dims.gate_tau, dims.gate_temperature, dims.gate_direction)
+        dims.gate.check()
         return cls(dims=dims if backward is None else dims.with_base_backward(backward))
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.scale_config import Router, RouterOverride, ScaleDims
-from megatron_scale.model.layers.gate import gate
+from megatron_scale.scale_config import Gate, Router, RouterOverride, ScaleDims
+from megatron_scale.model.layers.gate import gate as gate_of
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
 from megatron_scale.model.layers.route_units import unit_starts
 from megatron_scale.model.layers.routing import route
@@ -118,9 +118,8 @@ class ScaleOutputLayer(_VocabParallel):
 
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
-        tied: bool, gather_output: bool, router: Router = Router(), routed: bool = False,
-        gate_statistic: str = "none", gate_tau: float = 0.5,
-        gate_temperature: float = 0.05, gate_direction: str = "above", skip_base_grad: bool = False,
+        tied: bool, gather_output: bool, router: Router = Router(), routed: bool = False, gate: Gate = Gate(),
+        skip_base_grad: bool = False,
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
@@ -128,9 +127,7 @@ class ScaleOutputLayer(_VocabParallel):
         self.gather_output = gather_output
         self.sequence_parallel = config.sequence_parallel
         self.router = router
-        # the gate of W_out_up's term (gate.py); "none": the paper's z_a
-        self.gate_statistic, self.gate_tau = gate_statistic, gate_tau
-        self.gate_temperature, self.gate_direction = gate_temperature, gate_direction
+        self.gate = gate  # of W_out_up's term (gate.py); statistic none: the paper's z_a
         self.unit_codes: torch.Tensor | None = None  # [V] uint8, route_units.piece_codes
         self.unit_labels: torch.Tensor | None = None  # [b, s] this forward's labels
         self.routed = routed
@@ -180,9 +177,8 @@ class ScaleOutputLayer(_VocabParallel):
             logits = z_p
         else:
             z_up = torch.matmul(h[..., d:], self.weight_up.t())
-            if self.gate_statistic != "none":
-                z_up = z_up * gate(z_p, self.gate_statistic, self.gate_tau, self.gate_temperature,
-                                   self.gate_direction, self.tp_group if self.tp_size > 1 else None)
+            if self.gate.enabled:
+                z_up = z_up * gate_of(z_p, self.gate, self.tp_group if self.tp_size > 1 else None)
             z_a = z_p + z_up
             logits = z_a
             if self.capture:
