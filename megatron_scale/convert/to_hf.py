@@ -37,7 +37,7 @@ from megatron_scale.convert.hf_io import (
     write_shards,
 )
 from megatron_scale.checkpoint.reader import MegatronReader
-from megatron_scale.data.tokenizer import unit_codes
+from megatron_scale.data.tokenizer import TokenFile
 from megatron_scale.methods import Scale, TrainingMethod, recorded_method
 from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, to_hf_config, with_dtype
@@ -106,24 +106,6 @@ def router_override(dims: ScaleDims | None, route: RouterOverride, preserve_head
     return dims.with_router(dataclasses.replace(router, tau=float(router.tau)))
 
 
-def route_unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
-                     preserve_head_only: bool) -> torch.Tensor | None:
-    """The token codes (model/layers/route_units.py; config.json's scale_router_unit_codes, in base64)
-    for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
-    where nothing routes or the tokenizer is not byte-level and the unit is token."""
-    if dims is None or dims.variant != "route" or preserve_head_only:
-        return None
-    if tokenizer is None:
-        if dims.router_unit != "token":
-            raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
-                                  "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
-        return None
-    try:
-        return unit_codes(tokenizer, vocab_size, dims.router_unit)
-    except ValueError as e:
-        raise ConversionError(str(e)) from e
-
-
 @conversion_errors()
 def convert_megatron_to_hf(
     ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
@@ -143,14 +125,17 @@ def convert_megatron_to_hf(
     if fused_view and preserve_head_only:
         raise ConversionError("--fused-view and --preserve-head-only: choose one (z_a or z_p)")
     dims = router_override(method.scale_dims, route, preserve_head_only, reader.dir, fused_view)
-    if dims is not None:  # the geometry with its router override: what the export routes by
-        method = Scale(dims=dims)
+    scale = None if dims is None else Scale(dims=dims)  # the geometry with its router override: what it routes by
+    method = scale or method
     if (preserve_head_only or fused_view) and dims is None:
         flag = "--fused-view" if fused_view else "--preserve-head-only"
         raise ConversionError(f"{flag}: {reader.dir} is not a SCALE checkpoint")
     if fused_view:
         fused.check_fusable(dims, reader.dir)
-    codes = route_unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
+    try:  # a Route export carries the codes a char or word unit needs (config.json's scale_router_unit_codes)
+        codes = None if scale is None or preserve_head_only else scale.route_codes(TokenFile(tokenizer), args.vocab_size)
+    except ValueError as e:
+        raise ConversionError(str(e)) from e
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if fused_view:
