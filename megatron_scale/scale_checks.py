@@ -1,8 +1,7 @@
 """The checks a SCALE geometry must pass and the notes on the sizes it picks, below
 scale_config.py (which resolves ScaleConfig into ScaleDims with them): each check raises one
-ScaleConfigError naming the setting and its --scale-* flag.
+ScaleConfigError naming the setting and its --scale-* flag (the router's and the gate's: scale_options.py).
 
-    check_router                the router's settings (tau, statistic, direction, unit)
     resolve_base_backward       auto | skip | full -> what a model runs: skip | full
     check_architecture          a base SCALE can widen (SwiGLU, bias-free, RMSNorm)
     check_tp                    every rank holds an equal share of the base and of the new units
@@ -12,7 +11,6 @@ ScaleConfigError naming the setting and its --scale-* flag.
 
 from __future__ import annotations
 
-import math
 from typing import Any, TypedDict
 
 ADAPT_MODULES = ("qkv", "proj", "fc1", "fc2")
@@ -42,25 +40,6 @@ class ScaleConfigError(ValueError):
 def fail(setting: str, msg: str) -> ScaleConfigError:
     flag = "--scale-" + setting.replace("_", "-")
     return ScaleConfigError(f"ScaleConfig.{setting} ({flag}): {msg}")
-
-
-def check_router(tau: object, statistic: object, tau_flag: str, statistic_flag: str,
-                 direction: object = "above", direction_flag: str = "--scale-router-direction",
-                 unit: object = "token", unit_flag: str = "--scale-router-unit") -> None:
-    """A router setting (tau, statistic, direction, unit) is usable, or one error naming the flag
-    that is not."""
-    if isinstance(tau, bool) or not isinstance(tau, int | float) or not math.isfinite(tau):
-        raise ScaleConfigError(f"{tau_flag}: tau must be a finite number, got {tau!r}")
-    if statistic not in ROUTER_STATISTICS:
-        raise ScaleConfigError(
-            f"{statistic_flag}: unknown router statistic {statistic!r}; choose one of {', '.join(ROUTER_STATISTICS)}"
-        )
-    if direction not in ROUTER_DIRECTIONS:
-        raise ScaleConfigError(
-            f"{direction_flag}: unknown router direction {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}"
-        )
-    if unit not in ROUTER_UNITS:
-        raise ScaleConfigError(f"{unit_flag}: unknown router unit {unit!r}; choose one of {', '.join(ROUTER_UNITS)}")
 
 
 def nearest_multiples(x: float, m: int) -> list[int]:
@@ -182,19 +161,6 @@ def check_tp(tp: int, ups: dict[str, int], base: BaseSizes) -> None:
             raise ScaleConfigError(
                 f"base {name}={value} is not divisible by --tensor-model-parallel-size {tp}"
             )
-
-
-def check_gate(statistic: object, tau: object, temperature: object, direction: object) -> None:
-    """A gate setting is usable, or one error naming its flag (--scale-gate-*)."""
-    if statistic not in GATE_STATISTICS:
-        raise ScaleConfigError(f"--scale-gate-statistic: unknown {statistic!r}; choose one of {', '.join(GATE_STATISTICS)}")
-    if not isinstance(tau, int | float) or isinstance(tau, bool) or not math.isfinite(tau):
-        raise ScaleConfigError(f"--scale-gate-tau: must be a finite number, got {tau!r}")
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise ScaleConfigError(f"--scale-gate-temperature: must be a finite number > 0, got {temperature!r}")
-    if direction not in ROUTER_DIRECTIONS:
-        raise ScaleConfigError(f"--scale-gate-direction: unknown {direction!r}; choose one of {', '.join(ROUTER_DIRECTIONS)}")
 
 
 def resolve_base_backward(setting: object, w12: bool, variant: str = "") -> str:

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from megatron_scale.flags import flag
+from megatron_scale.scale_options import Gate, Router, RouterOverride
 from megatron_scale.scale_checks import (
     ADAPT_MODULES, BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
-    base_sizes, check_architecture, check_gate,
-    check_router, check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, resolve_base_backward,
+    base_sizes, check_architecture,
+    check_tp, fail, head_choices_text, heads_and_groups, nearest_multiples, resolve_base_backward,
     size_notes,
 )
 
@@ -32,9 +33,9 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
-    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
-    "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "ScaleConfig", "ScaleConfigError", "ScaleDims",
-    "check_router", "int_list", "size_notes", "word_list",
+    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "Gate", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
+    "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "Router", "RouterOverride", "ScaleConfig",
+    "ScaleConfigError", "ScaleDims", "int_list", "size_notes", "word_list",
 ]
 
 Variant = Literal["preserve", "adapt", "route"]
@@ -127,6 +128,16 @@ class ScaleConfig:
     seed: int = field(default=1234, metadata=flag("--scale-seed"))
     """Seed of the expansion init (deterministic for a seed)."""
 
+    @property
+    def router(self) -> Router:
+        """The router the --scale-router-* settings describe."""
+        return Router.of_record(self, "router_")
+
+    @property
+    def gate(self) -> Gate:
+        """The gate the --scale-gate-* settings describe."""
+        return Gate.of_record(self, "gate_")
+
     def resolve(self, base: object, tensor_parallel_size: int = 1) -> ScaleDims:
         """Validate against a base TransformerConfig-like object and return the full geometry."""
         return _resolve(self, base, tensor_parallel_size)
@@ -181,8 +192,13 @@ class ScaleDims:
     seed: int = 1234
 
     @property
+    def gate(self) -> Gate:
+        """The gate of W_out_up's term (gate_* fields)."""
+        return Gate.of_record(self, "gate_")
+
+    @property
     def gated(self) -> bool:
-        return self.gate_statistic != "none"
+        return self.gate.enabled
 
     @property
     def skip_base_backward(self) -> bool:
@@ -198,6 +214,15 @@ class ScaleDims:
     @property
     def routed(self) -> bool:
         return self.variant == "route"
+
+    @property
+    def router(self) -> Router:
+        """The router's default (router_* fields): what the model routes with unless overridden."""
+        return Router.of_record(self, "router_")
+
+    def with_router(self, router: Router) -> ScaleDims:
+        """This geometry with `router` as its router's default (checked: a ScaleConfigError names its --scale-router-* flag)."""
+        return dataclasses.replace(self, **router.check().record("router_"))
 
     def to_record(self) -> dict[str, Any]:
         """The checkpoint's `scale.dims` record: these fields, sets as sorted lists (JSON-like)."""
@@ -271,11 +296,10 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     d, h, g, f, layers = sizes["hidden"], sizes["heads"], sizes["groups"], sizes["ffn"], sizes["num_layers"]
     if cfg.variant not in VARIANTS:
         raise fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
-    check_router(cfg.router_tau, cfg.router_statistic, "--scale-router-tau", "--scale-router-statistic",
-                 cfg.router_direction, "--scale-router-direction", cfg.router_unit, "--scale-router-unit")
+    cfg.router.check("--scale-router-")
     if cfg.output_rows not in OUTPUT_ROWS:
         raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
-    check_gate(cfg.gate_statistic, cfg.gate_tau, cfg.gate_temperature, cfg.gate_direction)
+    cfg.gate.check()
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -329,15 +353,9 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         init_std=cfg.init_std,
         adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
-        router_tau=float(cfg.router_tau),
-        router_statistic=cfg.router_statistic,
-        router_direction=cfg.router_direction,
-        router_unit=cfg.router_unit,
+        **dataclasses.replace(cfg.router, tau=float(cfg.router_tau)).record("router_"),
         output_rows=cfg.output_rows,
-        gate_statistic=cfg.gate_statistic,
-        gate_tau=float(cfg.gate_tau),
-        gate_temperature=float(cfg.gate_temperature),
-        gate_direction=cfg.gate_direction,
+        **dataclasses.replace(cfg.gate, tau=float(cfg.gate_tau), temperature=float(cfg.gate_temperature)).record("gate_"),
         seed=cfg.seed,
     ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):

@@ -34,7 +34,7 @@ def _built(rank: int, world: int) -> dict[str, Any]:
         model = bench_scale._build(ap, "model", m)
         (layer,) = output_layers(model)
         scope = getattr(layer, "row_scope", None)
-        out[m] = (layer.gate_statistic, layer.gate_tau, None if scope is None else int(scope.sum()))
+        out[m] = (layer.gate.statistic, layer.gate.tau, None if scope is None else int(scope.sum()))
         out[f"{m}/backward"] = model.scale_dims.base_backward
     return out
 

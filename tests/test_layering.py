@@ -103,7 +103,8 @@ def test_model_code_is_split_by_role() -> None:
         PKG / "model" / "weights": ("megatron_scale.model.layers", "megatron_scale.model.build",
                                     "megatron_scale.model.args", "megatron_scale.methods"),
         PKG / "route_stats": ("megatron_scale.model", "megatron_scale.route_eval", "megatron_scale.methods",
-                              "megatron_scale.scale_config", "megatron_scale.scale_checks"),
+                              "megatron_scale.scale_config", "megatron_scale.scale_checks",
+                              "megatron_scale.scale_options"),
     }
     offenders = {}
     for under, forbidden in rules.items():
@@ -161,6 +162,15 @@ def test_no_method_name_dispatch_outside_the_methods() -> None:
     probe = ('if method == "freeze" or name.startswith("scale-"):\n    pass\n'
              'if te and self.method.name in ("lora",):\n    pass\nmatch m:\n    case "full":\n        pass\n')
     assert _method_name_comparisons(probe, NAMES) == [1, 1, 3, 6]
+
+
+def test_training_asks_the_method_never_the_scale_geometry() -> None:
+    """SCALE's setup is its method's (TrainingMethod.attach: the route unit codes and the scoped
+    output rows; flops_per_token; check_base_backward): no file under megatron_scale/training/
+    names `scale_dims`, so the loop never reads the geometry off the model or the method."""
+    training = sorted((PKG / "training").rglob("*.py"))
+    assert len(training) > 5
+    assert [str(p.relative_to(PKG)) for p in training if "scale_dims" in p.read_text()] == []
 
 
 def test_no_isinstance_dispatch_on_methods() -> None:

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="megatron")
     from megatron_scale.convert import ConversionError, convert_megatron_to_hf
+    from megatron_scale.scale_config import RouterOverride
 
     if args.max_shard_size_gb <= 0:
         print(f"error: --max-shard-size-gb {args.max_shard_size_gb}: must be positive", file=sys.stderr)
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         lambda: convert_megatron_to_hf(
             args.load, args.save, force=args.force, tokenizer=args.tokenizer, verify=args.verify,
             tolerance=args.verify_tolerance, dtype=args.dtype, model_args=args.model_args,
-            preserve_head_only=args.preserve_head_only, fused_view=args.fused_view, route_tau=args.route_tau,
-            route_statistic=args.route_statistic, route_direction=args.route_direction, route_unit=args.route_unit,
+            preserve_head_only=args.preserve_head_only, fused_view=args.fused_view,
+            route=RouterOverride(tau=args.route_tau, statistic=args.route_statistic, direction=args.route_direction,
+                                 unit=args.route_unit),
             max_shard_bytes=int(args.max_shard_size_gb * 2**30), progress=not args.no_progress,
         ),
         ConversionError,

@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         job.check()
         start = time.perf_counter()
         if args.load:
-            from megatron_scale.evaluation.megatron import Router, evaluate_checkpoint
+            from megatron_scale.evaluation.megatron import evaluate_checkpoint, parse_router
 
-            router = Router.parse(args.router) if args.router else None
+            router = parse_router(args.router) if args.router else None
             done = evaluate_checkpoint(args.load, args.tokenizer, job, tp=args.tensor_model_parallel_size,
                                        pp=args.pipeline_model_parallel_size, head=args.head, threads=args.threads,
                                        router=router)

@@ -22,6 +22,7 @@ from megatron_scale.route_stats.token_records import token_records
 from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.evaluation.capture import capturing
 from megatron_scale.route_eval.curves import metric_at
+from megatron_scale.scale_config import Router
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def first_token_accuracy(model: Any, items: Sequence[Probe], batch_size: int = 6
     }
     if heads:
         result["preserve_fraction"] = heads[0].preserve_fraction
-        result.update(route_diagnostics(model, items, heads[0].tau, heads[0].statistic, batch_size))
+        result.update(route_diagnostics(model, items, heads[0].router, batch_size))
     if output_layers(model):
         result["expansion"] = expansion_effect(model, items, batch_size)
     return result
@@ -174,11 +175,10 @@ def json_records(records: dict[str, torch.Tensor]) -> dict[str, list[float]]:
     return {k: [round(float(v), 6) for v in t.tolist()] for k, t in records.items()}
 
 
-def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, statistic: str = "cosine",
-                      batch_size: int = 64) -> dict[str, Any]:
+def route_diagnostics(model: Any, items: Sequence[Probe], router: Router, batch_size: int = 64) -> dict[str, Any]:
     """For a Route model, at the answer position: the accuracy of z_p alone and of z_a alone,
-    the share of prompts whose answer token the router sends to z_p at the model's tau and
-    statistic, the routed accuracy at other cosine thresholds, and the per-probe records of every
+    the share of prompts whose answer token has the model's router statistic >= its tau (the
+    paper's direction, whatever the router's), the routed accuracy at other cosine thresholds, and the per-probe records of every
     statistic (the router has no parameters and training uses z_a's loss only, so one trained
     model gives every tau's accuracy)."""
     rec = answer_records(model, items, batch_size)
@@ -186,7 +186,7 @@ def route_diagnostics(model: Any, items: Sequence[Probe], tau: float, statistic:
     return {
         "preserve_head_accuracy": float(rec["correct_p"].double().mean()),
         "adapt_head_accuracy": float(rec["correct_a"].double().mean()),
-        "answer_preserve_fraction": float((rec[f"stat/{statistic}"] >= tau).double().mean()),
+        "answer_preserve_fraction": float((rec[f"stat/{router.statistic}"] >= router.tau).double().mean()),
         "answer_cos_quantiles": [float(q) for q in torch.quantile(cos, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=cos.dtype))],
         "tau_sweep": {str(t): metric_at(rec, "cosine", t, "accuracy") for t in TAUS},
         "records": json_records(rec),

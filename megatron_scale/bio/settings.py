@@ -19,7 +19,6 @@ from megatron_scale import method_catalog as catalog
 from megatron_scale.bio.variant import gate_of
 from megatron_scale.flags import add_flags, flag, values
 from megatron_scale.methods import NAMES, method_class
-from megatron_scale.scale_checks import check_gate
 from megatron_scale.training.config import MethodConfig, add_method_flags, method_flag_values, with_method_flags
 
 METHODS = NAMES  # the training entry's --method values (megatron_scale/methods/)
@@ -143,7 +142,7 @@ class Settings:
             raise ValueError(f"--lora-alpha {self.method.lora_alpha}: must be > 0")
         if self.task1_table_lr_mult is not None and not self.task1_table_lr_mult >= 0:
             raise ValueError(f"--task1-table-lr-mult {self.task1_table_lr_mult}: must be >= 0")
-        check_gate(*gate_of(record(self)))  # SCALE's gate, the training entry's check (its defaults pass)
+        gate_of(record(self)).check()  # SCALE's gate, the training entry's check (its defaults pass)
         if any(not lr > 0 for lr in self.task1_lrs) or len(set(self.task1_lrs)) != len(self.task1_lrs):
             raise ValueError(f"--task1-lrs must be distinct positive learning rates; got {list(self.task1_lrs)}")
 

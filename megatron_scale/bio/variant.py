@@ -8,16 +8,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from megatron_scale import method_catalog as catalog
-from megatron_scale.scale_config import ScaleConfig
+from megatron_scale.scale_config import Gate, ScaleConfig
 
 GATE = ("gate_statistic", "gate_tau", "gate_temperature", "gate_direction")
 
 
-def gate_of(settings: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The gate's (statistic, tau, temperature, direction) of `settings`, ScaleConfig's default
-    (the training entry's) where a field is None."""
+def gate_of(settings: Mapping[str, Any]) -> Gate:
+    """The gate the flat keys GATE of `settings` give, ScaleConfig's default (the training entry's)
+    where a key is None or absent."""
     default = ScaleConfig()
-    return tuple(getattr(default, k) if settings.get(k) is None else settings[k] for k in GATE)
+    return Gate.of_record({k: getattr(default, k) if settings.get(k) is None else settings[k] for k in GATE}, "gate_")
 
 
 def variant_tag(settings: Mapping[str, Any], method: str) -> str:
@@ -25,7 +25,7 @@ def variant_tag(settings: Mapping[str, Any], method: str) -> str:
     and filed under beside the method's name: "" for the paper's method; for a SCALE method trained
     through a gate "+gate-STAT-TAU-T-DIRECTION" (a stage's file name, its curve's name), so gated and
     ungated runs of one method can share a folder and a table."""
-    stat, tau, temp, direction = gate_of(settings)
-    if stat == "none" or not catalog.method(method).upscaled:
+    g = gate_of(settings)
+    if not g.enabled or not catalog.method(method).upscaled:
         return ""
-    return f"+gate-{stat}-{tau:g}-{temp:g}-{direction}"
+    return f"+gate-{g.statistic}-{g.tau:g}-{g.temperature:g}-{g.direction}"

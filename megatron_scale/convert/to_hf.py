@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from megatron_scale.scale_config import ScaleConfigError, ScaleDims, check_router
+from megatron_scale.scale_config import RouterOverride, ScaleConfigError, ScaleDims
 from megatron_scale.convert import fused_view as fused
 from megatron_scale.convert import keymap, scale_export
 from megatron_scale.convert import verify as verifier
@@ -37,7 +37,7 @@ from megatron_scale.convert.hf_io import (
     write_shards,
 )
 from megatron_scale.checkpoint.reader import MegatronReader
-from megatron_scale.data.tokenizer import unit_codes
+from megatron_scale.data.tokenizer import TokenFile
 from megatron_scale.methods import Scale, TrainingMethod, recorded_method
 from megatron_scale.model.args import DTYPES, LlamaArgs
 from megatron_scale.convert.hf_config import ConversionError, conversion_errors, to_hf_config, with_dtype
@@ -86,13 +86,11 @@ def export_plain(reader: MegatronReader, method: TrainingMethod, args: LlamaArgs
     return summary
 
 
-def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | None,
-                    preserve_head_only: bool, where: Any, direction: str | None = None,
-                    unit: str | None = None, fused_view: bool = False) -> ScaleDims | None:
-    """The recorded geometry with the router settings replaced where given (only a Route model
-    exported with both heads routes)."""
-    given = [f for f, v in (("--route-tau", tau), ("--route-statistic", statistic), ("--route-direction", direction),
-                            ("--route-unit", unit)) if v is not None]
+def router_override(dims: ScaleDims | None, route: RouterOverride, preserve_head_only: bool, where: Any,
+                    fused_view: bool = False) -> ScaleDims | None:
+    """The recorded geometry with the router settings `route` gives (--route-*) in place of its
+    own (only a Route model exported with both heads routes)."""
+    given = route.given_flags("--route-")
     if not given:
         return dims
     flag = given[0]
@@ -101,35 +99,11 @@ def router_override(dims: ScaleDims | None, tau: float | None, statistic: str | 
                else "scale-" + dims.variant) if dims is not None else ""
         raise ConversionError(f"{flag}: only a SCALE-Route checkpoint exported with both heads routes; {where} "
                               f"is {'not a SCALE checkpoint' if dims is None else 'exported as ' + as_}")
-    tau = dims.router_tau if tau is None else tau
-    statistic = dims.router_statistic if statistic is None else statistic
-    direction = dims.router_direction if direction is None else direction
-    unit = dims.router_unit if unit is None else unit
     try:
-        check_router(tau, statistic, "--route-tau", "--route-statistic", direction, "--route-direction",
-                     unit, "--route-unit")
+        router = route.over(dims.router).check("--route-")
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
-    return dataclasses.replace(dims, router_tau=float(tau), router_statistic=statistic, router_direction=direction,
-                               router_unit=unit)
-
-
-def route_unit_codes(dims: ScaleDims | None, tokenizer: str | os.PathLike | None, vocab_size: int,
-                     preserve_head_only: bool) -> torch.Tensor | None:
-    """The token codes (model/layers/route_units.py; config.json's scale_router_unit_codes, in base64)
-    for a Route export given a byte-level tokenizer, which a char or word router unit needs; None
-    where nothing routes or the tokenizer is not byte-level and the unit is token."""
-    if dims is None or dims.variant != "route" or preserve_head_only:
-        return None
-    if tokenizer is None:
-        if dims.router_unit != "token":
-            raise ConversionError(f"router unit {dims.router_unit!r} (--route-unit or the checkpoint's): the export "
-                                  "needs the byte-level tokenizer to carry its token codes: give --tokenizer")
-        return None
-    try:
-        return unit_codes(tokenizer, vocab_size, dims.router_unit)
-    except ValueError as e:
-        raise ConversionError(str(e)) from e
+    return dims.with_router(dataclasses.replace(router, tau=float(router.tau)))
 
 
 @conversion_errors()
@@ -138,29 +112,30 @@ def convert_megatron_to_hf(
     tokenizer: str | os.PathLike | None = None, verify: bool = False, tolerance: float | None = None,
     dtype: str | None = None, model_args: str | os.PathLike | None = None,
     preserve_head_only: bool = False, max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True,
-    route_tau: float | None = None, route_statistic: str | None = None, route_direction: str | None = None,
-    route_unit: str | None = None, fused_view: bool = False,
+    route: RouterOverride = RouterOverride(), fused_view: bool = False,
 ) -> dict[str, Any]:
     """Export and return a summary (parameters, dtype, shards, verification error and tolerance).
     `tolerance` None: verify.tolerance (scaled by the logits' magnitude); a number: that bound. A
     Route checkpoint's router default (tau, statistic, direction, unit) goes into config.json unless
-    overridden; with a byte-level `tokenizer`, so do the token codes a char or word unit needs.
+    `route` (--route-*) overrides it; with a byte-level `tokenizer`, so do the token codes a char or word unit needs.
     `fused_view`: the fused view (fused_view.py) instead of the SCALE model."""
     reader = MegatronReader(ckpt_dir)
     args = reader.model_args(model_args)
     method = recorded_method(reader.records)
     if fused_view and preserve_head_only:
         raise ConversionError("--fused-view and --preserve-head-only: choose one (z_a or z_p)")
-    dims = router_override(method.scale_dims, route_tau, route_statistic, preserve_head_only, reader.dir,
-                           route_direction, route_unit, fused_view)
-    if dims is not None:  # the geometry with its router override: what the export routes by
-        method = Scale(dims=dims)
+    dims = router_override(method.scale_dims, route, preserve_head_only, reader.dir, fused_view)
+    scale = None if dims is None else Scale(dims=dims)  # the geometry with its router override: what it routes by
+    method = scale or method
     if (preserve_head_only or fused_view) and dims is None:
         flag = "--fused-view" if fused_view else "--preserve-head-only"
         raise ConversionError(f"{flag}: {reader.dir} is not a SCALE checkpoint")
     if fused_view:
         fused.check_fusable(dims, reader.dir)
-    codes = route_unit_codes(dims, tokenizer, args.vocab_size, preserve_head_only)
+    try:  # a Route export carries the codes a char or word unit needs (config.json's scale_router_unit_codes)
+        codes = None if scale is None or preserve_head_only else scale.route_codes(TokenFile(tokenizer), args.vocab_size)
+    except ValueError as e:
+        raise ConversionError(str(e)) from e
     out_dtype = _out_dtype(reader, dtype)
     with atomic_folder(out_dir, force) as tmp:
         if fused_view:

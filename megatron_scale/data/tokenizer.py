@@ -14,8 +14,9 @@ adds the end-of-document id. `TokenizerSpec` is the picklable description worker
 tokenizer from. The module imports neither torch nor megatron, so worker processes start fast.
 
 `token_bytes` reads the bytes of every token of a byte-level BPE (SmolLM2's, Llama 3's,
-`train_byte_bpe`'s); `unit_codes` makes them the codes a SCALE-Route model deciding per character
-or word needs (model/layers/route_units.py: the model's rule; route_eval/units.py: the sweep's).
+`train_byte_bpe`'s); a `TokenFile` (a tokenizer as a flag named it) hands them to a training method
+(methods/scale.py: the codes a SCALE-Route model deciding per character or word needs, by
+model/layers/route_units.py's rule; route_eval/units.py: the sweep's).
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from megatron_scale.durable import atomic_write
-
-if TYPE_CHECKING:
-    import torch
 
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
 EOD_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>")  # document ends, in order of preference
@@ -182,20 +180,20 @@ def token_bytes(tokenizer: str | os.PathLike) -> list[bytes]:
     return out
 
 
-def unit_codes(tokenizer: str | os.PathLike, vocab_size: int, unit: str, flag: str = "--tokenizer") -> torch.Tensor | None:
-    """The per-token codes (model/layers/route_units.py piece_codes: a [vocab_size] uint8 tensor)
-    that a SCALE-Route router deciding per `unit` needs, from the byte-level BPE tokenizer.json at
-    `tokenizer` (or a folder holding one). A tokenizer that is not byte-level gives None where the
-    unit is token (nothing needs the codes), else one ValueError naming `flag` and the unit. What
-    training, evaluation and the Hugging Face export give a routed model."""
-    from megatron_scale.model.layers.route_units import piece_codes
+@dataclass(frozen=True)
+class TokenFile:
+    """A tokenizer.json (or a folder holding one) as the flag `flag` gave it (None: not given):
+    where a model takes its per-token tables from (TrainingMethod.attach: a Route model's unit
+    codes, the scoped output rows), read only when it needs them."""
 
-    try:
-        return piece_codes(token_bytes(tokenizer), vocab_size)
-    except ValueError as e:
-        if unit == "token":
-            return None
-        raise ValueError(f"{flag} {tokenizer}: router unit {unit!r}: {e}") from e
+    path: str | os.PathLike | None
+    flag: str = "--tokenizer"
+
+    def token_bytes(self) -> list[bytes]:
+        """The bytes of every token id (token_bytes: one ValueError where it is not a byte-level BPE)."""
+        if self.path is None:
+            raise ValueError(f"{self.flag}: not given")
+        return token_bytes(self.path)
 
 
 def train_byte_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency: int = 2) -> str:

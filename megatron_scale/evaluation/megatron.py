@@ -17,10 +17,9 @@ Hugging Face export use (z_a, the routed logits for SCALE-Route), or adapt, pres
 from __future__ import annotations
 
 import contextlib
-
+import dataclasses
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.evaluation.benchmarks import Scorer
 from megatron_scale.evaluation.job import Job
 from megatron_scale.model.layers.heads import HEADS
+from megatron_scale.scale_config import Router
 
 
 def _gather_vocab(logits: torch.Tensor) -> torch.Tensor:
@@ -93,36 +93,26 @@ def resolved_head(head: str, dims: Any, where: Path, router: Router | None = Non
     return ("route" if route else "adapt") if head == "auto" else head
 
 
-@dataclass(frozen=True)
-class Router:
-    """A router to evaluate with instead of the checkpoint's (model/layers/heads.py router_settings)."""
-
-    statistic: str
-    direction: str
-    tau: float
-    unit: str
-
-    @classmethod
-    def parse(cls, text: str) -> Router:
-        from megatron_scale.scale_config import check_router
-
-        parts = text.split(":")
-        try:
-            stat, direction, tau, unit = parts[0], parts[1], float(parts[2]), parts[3]
-        except (IndexError, ValueError):
-            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT, e.g. "
-                             "max-prob:above:0.42:char") from None
-        if len(parts) != 4:
-            raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT")
-        check_router(tau, stat, "--router TAU", "--router STATISTIC", direction, "--router DIRECTION", unit,
-                     "--router UNIT")
-        return cls(stat, direction, tau, unit)
+def parse_router(text: str) -> Router:
+    """--router STATISTIC:DIRECTION:TAU:UNIT: a router to evaluate with instead of the checkpoint's
+    (model/layers/heads.py router_settings)."""
+    parts = text.split(":")
+    try:
+        stat, direction, tau, unit = parts[0], parts[1], float(parts[2]), parts[3]
+    except (IndexError, ValueError):
+        raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT, e.g. "
+                         "max-prob:above:0.42:char") from None
+    if len(parts) != 4:
+        raise ValueError(f"--router {text!r}: expected STATISTIC:DIRECTION:TAU:UNIT")
+    return Router(tau=tau, statistic=stat, direction=direction, unit=unit).check(lambda name: f"--router {name.upper()}")
 
 
 def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, router: Router | None = None, *,
           device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from megatron_scale.data.tokenizer import TokenFile
+    from megatron_scale.methods import Scale
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import router_settings
@@ -133,13 +123,16 @@ def _rank(load: str, tokenizer: str, head: str, threads: int | None, job: Job, r
     tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
     tok = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=True)
     loaded = load_model(load, Parallel(tp=tp, pp=pp), device)  # a run directory: its newest checkpoint
-    model, reader = loaded.model.eval(), loaded.reader
-    used = resolved_head(head, loaded.method.scale_dims, reader.dir, router)
+    model, reader, method = loaded.model.eval(), loaded.reader, loaded.method
+    used = resolved_head(head, method.scale_dims, reader.dir, router)
     with contextlib.ExitStack() as overrides:
         if router is not None:  # a context held for the whole evaluation (a bare __enter__() on the
             # temporary would be undone at once, when the temporary is freed)
-            overrides.enter_context(router_settings(model, router.tau, router.statistic, router.direction,
-                                                    router.unit))
+            overrides.enter_context(router_settings(model, router))
+            # any SCALE checkpoint routed is Route with that router (resolved_head)
+            method = Scale(dims=dataclasses.replace(method.scale_dims, variant="route").with_router(router))
+        if used == "route":
+            method.attach(model, TokenFile(tokenizer))  # a router deciding per character or word: the tokenizer's codes
         return _scored(model, reader, tok, tokenizer, used, job, router, device)
 
 
@@ -147,7 +140,7 @@ def _scored(model: Any, reader: Any, tok: Any, tokenizer: str, used: str | None,
             device: torch.device) -> dict[str, Any]:
     """One rank's evaluation of the loaded model with its head (and router) chosen; the record
     that the reporting rank gathered."""
-    from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.layers.heads import output_head, output_layers
 
     ps = mc.parallel_state
     tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
@@ -155,7 +148,7 @@ def _scored(model: Any, reader: Any, tok: Any, tokenizer: str, used: str | None,
     if len(tok) > args.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the checkpoint's "
                          f"vocabulary of {args.vocab_size}")
-    per_unit = used == "route" and _give_unit_codes(model, tokenizer, args.vocab_size)
+    per_unit = used == "route" and any(layer.router.unit != "token" for layer in output_layers(model))
     reports = (ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
                and ps.get_data_parallel_rank() == 0)
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -170,23 +163,10 @@ def _scored(model: Any, reader: Any, tok: Any, tokenizer: str, used: str | None,
     record.update(checkpoint=str(reader.dir), head=used, tp=tp, pp=pp,
                   dtype=str(args.params_dtype), device=str(device))
     if router is not None:
-        record["router"] = vars(router)
+        record["router"] = router.record()
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, record if reports else None)
     return next(r for r in everyone if r is not None)
-
-
-def _give_unit_codes(model: Any, tokenizer: str, vocab: int) -> bool:
-    """A SCALE-Route model whose router decides per character or word gets the byte-level
-    tokenizer's per-token codes; True when it does (its forwards then need the labels)."""
-    from megatron_scale.data.tokenizer import unit_codes
-    from megatron_scale.model.layers.heads import output_layers, set_unit_codes
-
-    layers = output_layers(model)
-    if not layers or layers[0].unit == "token":
-        return False
-    set_unit_codes(model, unit_codes(tokenizer, vocab, layers[0].unit))  # raises for a tokenizer without bytes
-    return True
 
 
 def evaluate_checkpoint(load: str | Path, tokenizer: str | Path, job: Job, *, tp: int = 1, pp: int = 1,

@@ -21,6 +21,7 @@ from megatron_scale.artifacts import SWEEP, SWEEP_PLOT
 from megatron_scale.route_stats.statistics import STATISTICS
 from megatron_scale.route_eval.calibrate import check_share
 from megatron_scale.route_eval.units import POOLS, UNITS
+from megatron_scale.scale_config import Router
 
 
 @dataclass(kw_only=True)
@@ -123,8 +124,7 @@ def _records_rank(s: SweepSettings, sets: dict[str, torch.Tensor], *, device: to
             for name, ids in sets.items()}
 
 
-def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direction: str, unit: str = "token", *,
-               device: torch.device) -> str:
+def _save_rank(load: str, save: str, tp: int, router: Router, *, device: torch.device) -> str:
     from megatron_scale.checkpoint.io import save_checkpoint
     from megatron_scale.methods import Scale
     from megatron_scale.methods.load import load_model
@@ -133,7 +133,7 @@ def _save_rank(load: str, save: str, tp: int, tau: float, statistic: str, direct
 
     loaded = load_model(load, Parallel(tp=tp), device)
     model = loaded.model.eval()
-    set_router_default(model, tau, statistic, direction, unit)
+    set_router_default(model, router)
     # the geometry with its new router default is what the checkpoint records
     return str(save_checkpoint(model, save, method=Scale(dims=model.scale_dims), model_args=loaded.reader.model_args().to_json()))
 
@@ -181,8 +181,8 @@ def run_sweep(s: SweepSettings) -> dict[str, Any]:
         cal = results["statistics"][s.calibrate_with]["calibration"]
         summary["calibration"] = cal
         if s.save is not None:
-            results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, cal["tau"],
-                                                           s.calibrate_with, cal["direction"], s.units[0])[0]
+            router = Router(tau=cal["tau"], statistic=s.calibrate_with, direction=cal["direction"], unit=s.units[0])
+            results["saved"] = summary["saved"] = on_ranks(_save_rank, s.tp, 1, s.load, s.save, s.tp, router)[0]
     Path(s.out).mkdir(parents=True, exist_ok=True)
     summary["json"], summary["plot"] = os.path.join(s.out, SWEEP.name), os.path.join(s.out, SWEEP_PLOT.name)
     write_json(summary["json"], results)

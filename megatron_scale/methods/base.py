@@ -7,6 +7,7 @@ what of it trains, where its first weights come from, and what its checkpoints r
         @classmethod
         def plan(cls, given: Given) -> Freeze   # from the flags given and --load's records
         def prepare(self, model, args)          # after the build: what it freezes
+        def attach(self, model, tokenizer)      # built and loaded: what it takes from the tokenizer
         def load_initial(...)                   # its first weights, from a base or its own checkpoint
         def record(self) -> dict                # what its checkpoints record (checkpoint/records.py `scale`)
         @classmethod
@@ -26,16 +27,35 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import WRITER_ENTRIES, CheckpointError, CheckpointRecords
 from megatron_scale.model.args import LlamaArgs
+from megatron_scale.model import flops
 from megatron_scale.model.build import Kernels, build_gpt
 from megatron_scale.model.layers.lora import is_lora_key
 from megatron_scale.model.weights.state import load_global_state_dict
+from megatron_scale.scale_config import RouterOverride
+
+
+class Tokens(Protocol):
+    """A tokenizer as a flag named it (data/tokenizer.py TokenFile): what `attach` reads a model's
+    per-token tables from."""
+
+    @property
+    def path(self) -> str | os.PathLike[str] | None:
+        """None: not given."""
+        ...
+
+    @property
+    def flag(self) -> str: ...
+
+    def token_bytes(self) -> list[bytes]:
+        """The bytes of every token id; one ValueError where it is not a byte-level BPE."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +169,32 @@ class TrainingMethod:
     def prepare(self, model: Any, args: LlamaArgs) -> None:
         """Choose what trains, once built (default: everything)."""
 
+    def attach(self, model: Any, tokenizer: Tokens, router: RouterOverride = RouterOverride()) -> list[str]:
+        """Give the built (and loaded) `model` what it takes from `tokenizer` (its path None: none given),
+        where it is to route with `router`'s settings in place of its own. Returns lines saying
+        what it did, for the caller to print; one ValueError naming the tokenizer's flag where it
+        cannot give what the model needs. Default: nothing (a plain model needs none)."""
+        return []
+
+    def flops_per_token(self, config: Any, vocab: int, seq: int) -> int:
+        """GEMM FLOPs per token of one training step (forward and backward; model/flops.py) of its
+        model at TransformerConfig `config`: every GEMM trained, Megatron-LM's convention (frozen
+        layers still counted)."""
+        shape = flops.Shape(hidden=config.hidden_size, heads=config.num_attention_heads,
+                            groups=config.num_query_groups, head_dim=config.kv_channels, ffn=config.ffn_hidden_size)
+        return flops.model_flops("full_ft", shape, seq, config.num_layers, vocab)
+
+    def check_base_backward(self, asked: str | None) -> None:
+        """--scale-base-backward `asked`: skip is for a SCALE model whose base stream has no
+        trainable ancestor (Scale refuses it where W12 exists). Every other method trains
+        parameters upstream of activations (`trains`: LoRA its adapters on the base's linears,
+        full and freeze the base's own weights, llama-pro its inserted blocks), so it keeps the
+        full backward: the skip is refused by name. `full` and `auto` are what it does anyway."""
+        if asked == "skip":
+            raise ValueError(f"--scale-base-backward skip: --method {self.name} trains {self.trains}, upstream of "
+                             "the activations it feeds, so its gradients need the full backward; the skip is for "
+                             "SCALE models without W12 (--method scale-preserve, scale-route)")
+
     def load_initial(self, model: Any, reader: MegatronReader, base_layers: int) -> str:
         """Fill `model` (built for this method on a base of `base_layers` layers) from a checkpoint
         that is not a run to resume (`reader`: it, its records read): methods/load.py load_model
@@ -216,7 +262,7 @@ class TrainingMethod:
 
     trains: ClassVar[str] = "the base model's own weights"
     """What of the model it trains, upstream of the base stream unless the method is SCALE's
-    (training/plan.py check_base_backward: the skip of the base stream's backward is refused)."""
+    (check_base_backward: the skip of the base stream's backward is refused)."""
     exported_as: ClassVar[str] = "llama"
     """What a plain Hugging Face export of its checkpoints is (convert/to_hf.py's summary)."""
     merged_on_export: ClassVar[bool] = False

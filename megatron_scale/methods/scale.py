@@ -9,15 +9,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+import torch
+
 from megatron_scale.checkpoint.io import load_checkpoint
 from megatron_scale.checkpoint.reader import MegatronReader
 from megatron_scale.checkpoint.records import CheckpointError, CheckpointRecords
 from megatron_scale.flags import flag_names, given, optional_twin
-from megatron_scale.methods.base import Given, TrainingMethod, first_difference, refuse_adapters
+from megatron_scale.methods.base import Given, Tokens, TrainingMethod, first_difference, refuse_adapters
+from megatron_scale.model import flops
 from megatron_scale.model.args import LlamaArgs
 from megatron_scale.model.build import Kernels, build_scale
-from megatron_scale.scale_checks import check_gate
-from megatron_scale.scale_config import ROUTER_SETTINGS, TRAINING_SETTINGS, ScaleConfig, ScaleConfigError, ScaleDims, Variant
+from megatron_scale.model.layers.heads import output_layers, set_unit_codes
+from megatron_scale.model.layers.output_rows import scope_output_rows, script_rows
+from megatron_scale.model.layers.route_units import piece_codes
+from megatron_scale.scale_config import (
+    ROUTER_SETTINGS, TRAINING_SETTINGS, RouterOverride, ScaleConfig, ScaleConfigError, ScaleDims, Variant,
+)
 from megatron_scale.upscale import load_upscaled
 
 ScaleSettings = optional_twin(ScaleConfig, "ScaleSettings", __name__)
@@ -142,11 +149,73 @@ class Scale(TrainingMethod):
             raise ValueError(f"{given_.where}: {e}") from e
         backward = training.pop("base_backward", None)
         dims = dataclasses.replace(dims, **training)
-        check_gate(dims.gate_statistic, dims.gate_tau, dims.gate_temperature, dims.gate_direction)
+        dims.gate.check()
         return cls(dims=dims if backward is None else dims.with_base_backward(backward))
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)
+
+    def check_base_backward(self, asked: str | None) -> None:
+        """Its geometry resolved --scale-base-backward already (ScaleDims.with_base_backward)."""
+
+    def attach(self, model: Any, tokenizer: Tokens, router: RouterOverride = RouterOverride()) -> list[str]:
+        """A Route model gets the tokenizer's per-token codes (route_codes), and a model whose
+        output rows are scoped (--scale-output-rows SCRIPT) trains only that script's rows of
+        W_out_up, derived from the tokenizer's bytes (model/layers/output_rows.py)."""
+        layers = output_layers(model)
+        if not layers:  # a pipeline stage without the output layer
+            return []
+        vocab = layers[0].vocab_local * layers[0].tp_size
+        codes = self.route_codes(tokenizer, vocab, router)
+        if codes is not None:
+            set_unit_codes(model, codes)
+        scope = self.dims.output_rows
+        if scope == "all":
+            return []
+        if tokenizer.path is None:
+            raise ValueError(f"--scale-output-rows {scope}: the rows come from the byte-level tokenizer: "
+                             f"give {tokenizer.flag}")
+        try:
+            rows = script_rows(tokenizer.token_bytes(), vocab, scope)
+        except ValueError as e:
+            raise ValueError(f"--scale-output-rows {scope}: {e}") from e
+        if not rows.any():
+            raise ValueError(f"--scale-output-rows {scope}: {tokenizer.flag} {tokenizer.path} has no token of that script")
+        return [f"output rows: {scope_output_rows(layers, rows)} of {vocab} rows of W_out_up train ({scope})"]
+
+    def route_codes(self, tokenizer: Tokens, vocab_size: int,
+                    router: RouterOverride = RouterOverride()) -> torch.Tensor | None:
+        """The per-token codes (model/layers/route_units.py piece_codes: [vocab_size] uint8) of the
+        byte-level `tokenizer` that a Route model routing with `router`'s settings in place of its
+        own needs to decide per character or word: training, evaluation and the Hugging Face export
+        (config.json) give them. None where nothing routes, or where the unit is token and the
+        tokenizer gives none; one ValueError naming what is missing where the unit needs them."""
+        if not self.routes:
+            return None
+        unit = router.over(self.dims.router).unit
+        if tokenizer.path is None:
+            if unit == "token":
+                return None
+            source = "--route-unit" if router.unit else "--route-unit or the checkpoint's --scale-router-unit"
+            raise ValueError(f"router unit {unit!r} ({source}): deciding per {unit} needs the byte-level "
+                             f"tokenizer: give {tokenizer.flag}")
+        try:
+            return piece_codes(tokenizer.token_bytes(), vocab_size)
+        except ValueError as e:
+            if unit == "token":
+                return None
+            raise ValueError(f"{tokenizer.flag} {tokenizer.path}: router unit {unit!r}: {e}") from e
+
+    def flops_per_token(self, config: Any, vocab: int, seq: int) -> int:
+        """Its geometry's: the frozen blocks without weight gradient, W12 where Adapt has it."""
+        d = self.dims
+        shape = flops.Shape(hidden=d.hidden, heads=d.heads, groups=d.groups, head_dim=d.head_dim, ffn=d.ffn,
+                            hidden_up=d.hidden_up, heads_up=d.heads_up, groups_up=d.groups_up, ffn_up=d.ffn_up)
+        full = flops.head_flops("preserve", shape, vocab)
+        for layer in range(config.num_layers):
+            modules = tuple(m for m in ("qkv", "proj", "fc1", "fc2") if d.adapts(layer, m))
+            full += flops.layer_flops("adapt" if modules else "preserve", shape, seq, modules)
+        return full
 
     def record(self) -> dict[str, Any]:
         """Its geometry (ScaleDims.to_record, with the router's default settings)."""

@@ -25,13 +25,12 @@ from megatron_scale import hooks
 from megatron_scale.checkpoint.layout import SavedLayout, same_grid
 from megatron_scale.checkpoint.records import CheckpointError
 from megatron_scale.data.indexed import DatasetError
-from megatron_scale.data.tokenizer import token_bytes, unit_codes
+from megatron_scale.data.tokenizer import TokenFile
 from megatron_scale.distributed import destroy_distributed, init_distributed
 from megatron_scale.methods import TrainingMethod
 from megatron_scale.methods.load import load_model
 from megatron_scale.model.build import Kernels, Parallel, build_model
-from megatron_scale.model.layers.heads import output_layers, router_settings, set_unit_codes
-from megatron_scale.model.layers.output_rows import scope_output_rows, script_rows
+from megatron_scale.model.layers.heads import output_layers, router_settings
 from megatron_scale.training.checkpointing import load_run, save_run
 from megatron_scale.training.config import TrainConfig, parse
 from megatron_scale.data.batches import build_datasets, microbatches
@@ -136,8 +135,7 @@ def setup(config: TrainConfig) -> Run:
     else:
         model = build_model(p.architecture, p.method, parallel, kernels)
         model = model.to(device)  # a no-op where megatron-core built it there already
-    _give_unit_codes(model, cfg)
-    _scope_output_rows(model, cfg)
+    _attach(model, p.method, cfg)
     ddp = wrap_ddp(model, par.use_distributed_optimizer, s.cuda_graph_impl)
     optimizer = build_optimizer(o, ddp, bf16=cfg.model.bf16, params_dtype=model.config.params_dtype,
                                 distributed=par.use_distributed_optimizer)
@@ -164,7 +162,7 @@ def setup(config: TrainConfig) -> Run:
         num_microbatches=gb // (s.micro_batch_size * dp_size), dp_rank=dp_rank, dp_size=dp_size,
         model_args=p.record, layout=p.layout, device=device, method=p.method,
         forward_backward=forward_backward_func(s),
-        flops=step_flops(model.config, p.architecture.vocab_size, s.seq_length, getattr(model, "scale_dims", None)),
+        flops=step_flops(model.config, p.architecture.vocab_size, s.seq_length, p.method),
     )
     if p.resume is not None:
         saved = p.resumed_layout or p.layout  # a checkpoint whose layout is unknown loads as the run's
@@ -177,46 +175,17 @@ def setup(config: TrainConfig) -> Run:
     return run
 
 
-def _give_unit_codes(model: Any, cfg: TrainConfig) -> None:
-    """A Route model gets the byte-level tokenizer's per-token codes (model/layers/route_units.py) where
-    --tokenizer-model is one, so that evaluation can decide per character or word (its recorded
-    router unit, or --route-unit); a unit other than token without them is one error, before work."""
-    heads = output_layers(model)
-    if not heads or not heads[0].routed:
-        return
-    unit = cfg.logging.route_unit or heads[0].unit
-    flag = "--route-unit" if cfg.logging.route_unit else "the checkpoint's router unit (--scale-router-unit)"
-    if cfg.model.tokenizer_model is None:
-        if unit != "token":
-            raise FlagError(f"{flag} {unit}: deciding per {unit} needs the byte-level tokenizer: give --tokenizer-model")
-        return
+def _attach(model: Any, method: TrainingMethod, cfg: TrainConfig) -> None:
+    """The method's model gets what it takes from --tokenizer-model (Scale: a Route model's per-token
+    codes, so that evaluation can decide per character or word by its router unit or --route-unit;
+    the scoped output rows): a tokenizer that cannot give them is one FlagError, before work."""
     try:
-        codes = unit_codes(cfg.model.tokenizer_model, heads[0].vocab_local * heads[0].tp_size, unit, "--tokenizer-model")
+        notes = method.attach(model, TokenFile(cfg.model.tokenizer_model, "--tokenizer-model"), cfg.logging.route)
     except ValueError as e:
         raise FlagError(str(e)) from e
-    if codes is not None:
-        set_unit_codes(model, codes)
-
-
-def _scope_output_rows(model: Any, cfg: TrainConfig) -> None:
-    """--scale-output-rows SCRIPT (or the checkpoint's): only the script's vocabulary rows of W_out_up
-    train, derived from --tokenizer-model's bytes (model/layers/output_rows.py; plan() has checked
-    that the tokenizer is given)."""
-    dims = getattr(model, "scale_dims", None)
-    heads = output_layers(model)
-    if dims is None or dims.output_rows == "all" or not heads:
-        return
-    vocab = heads[0].vocab_local * heads[0].tp_size
-    try:
-        rows = script_rows(token_bytes(cfg.model.tokenizer_model), vocab, dims.output_rows)
-    except ValueError as e:
-        raise FlagError(f"--scale-output-rows {dims.output_rows}: {e}") from e
-    if not rows.any():
-        raise FlagError(f"--scale-output-rows {dims.output_rows}: --tokenizer-model {cfg.model.tokenizer_model} "
-                        f"has no token of that script")
-    n = scope_output_rows(heads, rows)
     if dist.get_rank() == 0:
-        print(f" output rows: {n} of {vocab} rows of W_out_up train ({dims.output_rows})", flush=True)
+        for note in notes:
+            print(f" {note}", flush=True)
 
 
 def train_step(run: Run) -> dict[str, Any]:
@@ -259,8 +228,7 @@ def evaluate(run: Run) -> dict[str, dict[str, float]]:
     run.ddp.eval()
     heads = output_layers(run.model)
     results = {}
-    with torch.no_grad(), router_settings(run.model, log.route_tau, log.route_statistic, log.route_direction,
-                                                    log.route_unit):
+    with torch.no_grad(), router_settings(run.model, log.route):
         for name, ds in run.data.evals.items():
             for h in heads:
                 h.reset_route_counts()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, check_router
+from megatron_scale.scale_config import ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, Router, RouterOverride
 from megatron_scale.flags import check_iterations, flag, positive
 
 
@@ -62,14 +62,16 @@ class LoggingConfig:
             if self.eval_interval is not None:
                 raise ValueError("--eval-iterations and --eval-interval: give one schedule of evaluations, not both")
             check_iterations("--eval-iterations", self.eval_iterations, train_iters, first=0)
-        given = [n for n, v in (("--route-tau", self.route_tau), ("--route-statistic", self.route_statistic),
-                                ("--route-direction", self.route_direction), ("--route-unit", self.route_unit))
-                 if v is not None]
+        given = self.route.given_flags("--route-")
         if given and not routes:
-            name = given[0]
-            raise ValueError(f"{name}: only a --method scale-route model routes; this run is --method {method}")
-        if self.route_tau is not None:
-            check_router(self.route_tau, "cosine", "--route-tau", "--route-statistic")
+            raise ValueError(f"{given[0]}: only a --method scale-route model routes; this run is --method {method}")
+        self.route.over(Router()).check("--route-")
+
+    @property
+    def route(self) -> RouterOverride:
+        """The router settings evaluation takes in place of the model's (--route-*; None: the model's)."""
+        return RouterOverride(tau=self.route_tau, statistic=self.route_statistic, direction=self.route_direction,
+                              unit=self.route_unit)
 
     def evaluates_at(self, iteration: int) -> bool:
         """Whether the run evaluates after `iteration` steps (0: before the first, when not resuming)."""

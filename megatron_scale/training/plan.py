@@ -203,22 +203,8 @@ def build_method(cfg: TrainConfig, arch: LlamaArgs, records: CheckpointRecords |
         seed=cfg.schedule.seed, transformer_impl=cfg.model.transformer_impl, records=records, resuming=resuming,
         where=where,
     ))
-    check_base_backward(cfg.method.scale.base_backward, method)
+    method.check_base_backward(cfg.method.scale.base_backward)
     return method
-
-
-def check_base_backward(asked: str | None, method: TrainingMethod) -> None:
-    """--scale-base-backward skip is for a SCALE model whose base stream has no trainable ancestor
-    (the SCALE method itself refuses it where W12 exists). Every other method trains parameters
-    upstream of activations (TrainingMethod.trains: LoRA its adapters on the base's linears, full
-    and freeze the base's own weights, llama-pro its inserted blocks), so it keeps the full
-    backward: asking for the skip there is refused by name. `full` and `auto` are what those
-    methods do anyway."""
-    if asked != "skip" or method.scale_dims is not None:
-        return
-    raise ValueError(f"--scale-base-backward skip: --method {method.name} trains {method.trains}, upstream of the "
-                     "activations it feeds, so its gradients need the full backward; the skip is for SCALE models "
-                     "without W12 (--method scale-preserve, scale-route)")
 
 
 def _plan(cfg: TrainConfig, world_size: int) -> Plan:

@@ -134,8 +134,8 @@ def _body(rank: int, world: int, tmp: str) -> dict[str, Any]:
     rec = _load(other, root / "tp1")["scale"]["dims"]
     res["other_router_loads"] = torch.equal(_logits(other.train()), _logits(back.train()))
     res["router_record"] = (rec["router_tau"], rec["router_statistic"], rec["router_direction"],
-                            other.output_layer.tau, other.output_layer.direction, rec["router_unit"],
-                            other.output_layer.unit)
+                            other.output_layer.router.tau, other.output_layer.router.direction, rec["router_unit"],
+                            other.output_layer.router.unit)
     # a checkpoint written before router_statistic and router_direction existed (its record lacks them) loads
     from megatron_scale.scale_config import ScaleDims
     from megatron_scale.checkpoint.records import read_records

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import torch
 
+from megatron_scale.scale_options import RouterOverride
 from tests import _tiny, _unit_vocab
 from tests._dist import run_ranks
 from tests.convert import _hf
@@ -100,7 +101,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
             # all-reduce against the export's single-device sum could flip its side
             mid = stat.flatten().sort().values[stat.numel() // 2 - 1 : stat.numel() // 2 + 1]
             res["override_tau"] = float(mid.mean())
-            with router_settings(model, tau=res["override_tau"], statistic="max-prob", direction="below"):
+            with router_settings(model, RouterOverride(tau=res["override_tau"], statistic="max-prob", direction="below")):
                 res["route/override_logits"] = megatron_logits(model, ids)
                 res["route/override_greedy"] = greedy(model, ids[:, :PROMPT], NEW)
             res.update(_per_unit(model, ids))
@@ -128,7 +129,7 @@ def _per_unit(model: Any, ids: torch.Tensor) -> dict[str, Any]:
     u = _unit_ids(ids)
     out: dict[str, Any] = {"unit_ids": u}
     for unit in ("char", "word"):
-        with router_settings(model, unit=unit):
+        with router_settings(model, RouterOverride(unit=unit)):
             labels = torch.cat((u[:, 1:], u[:, -1:]), dim=1)
             out[f"route/{unit}_logits"] = megatron_logits(model, u, route_labels=labels)
             seq = u[:, :PROMPT]
@@ -165,7 +166,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         exported[variant] = (summary, model)
     tau = mg["override_tau"]
     summary = convert_megatron_to_hf(root / "sc-route", root / "hf-route-override", progress=False, verify=True,
-                                     tolerance=1e-4, route_tau=tau, route_statistic="max-prob", route_direction="below")
+                                     tolerance=1e-4, route=RouterOverride(tau=tau, statistic="max-prob", direction="below"))
     model = AutoModelForCausalLM.from_pretrained(root / "hf-route-override", trust_remote_code=True,
                                                  dtype=torch.float32).eval()
     exported["route-override"] = (summary, model)
@@ -178,7 +179,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tok = _unit_vocab.write_tokenizer(str(root / "unit-tok"), _unit_vocab.pieces(_hf.VOCAB))
     for unit in ("char", "word"):
         summary = convert_megatron_to_hf(root / "sc-route", root / f"hf-route-{unit}", progress=False, verify=True,
-                                         tolerance=1e-4, tokenizer=tok, route_unit=unit)
+                                         tolerance=1e-4, tokenizer=tok, route=RouterOverride(unit=unit))
         model = AutoModelForCausalLM.from_pretrained(root / f"hf-route-{unit}", trust_remote_code=True,
                                                      dtype=torch.float32).eval()
         exported[f"route-{unit}"] = (summary, model)
@@ -336,13 +337,13 @@ def test_router_override_at_export_forward_and_generate(results: dict) -> None:
                                route_direction="below")
     assert torch.equal(out, mg["route/override_greedy"])
     with pytest.raises(ConversionError, match="--route-tau: only a SCALE-Route"):
-        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-tau", route_tau=0.7)
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-tau", route=RouterOverride(tau=0.7))
     with pytest.raises(ConversionError, match="--route-direction: only a SCALE-Route"):
-        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-direction", route_direction="below")
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-direction", route=RouterOverride(direction="below"))
     with pytest.raises(ConversionError, match="--route-direction: unknown router direction 'up'"):
-        convert_megatron_to_hf(root / "sc-route", root / "route-up", route_direction="up")
+        convert_megatron_to_hf(root / "sc-route", root / "route-up", route=RouterOverride(direction="up"))
     with pytest.raises(ConversionError, match="--route-tau: tau must be a finite number"):
-        convert_megatron_to_hf(root / "sc-route", root / "route-nan", route_tau=float("nan"))
+        convert_megatron_to_hf(root / "sc-route", root / "route-nan", route=RouterOverride(tau=float("nan")))
 
 
 @pytest.mark.dist
@@ -398,9 +399,9 @@ def test_router_unit_needs_the_codes(results: dict) -> None:
     with pytest.raises(ValueError, match="scale_router_unit 'syllable'"):
         default(ids, route_unit="syllable")
     with pytest.raises(ConversionError, match="router unit 'word' .*give --tokenizer"):
-        convert_megatron_to_hf(root / "sc-route", root / "route-word-notok", route_unit="word")
+        convert_megatron_to_hf(root / "sc-route", root / "route-word-notok", route=RouterOverride(unit="word"))
     with pytest.raises(ConversionError, match="--route-unit: only a SCALE-Route"):
-        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-unit", route_unit="char")
+        convert_megatron_to_hf(root / "sc-adapt", root / "adapt-unit", route=RouterOverride(unit="char"))
     _, model = results["exported"]["route-char"]
     cache = DynamicCache()
     with torch.no_grad():
@@ -449,7 +450,7 @@ def test_fused_view_is_refused_where_it_cannot_serve_the_model(results: dict, ca
                                               r"head z_a"):
         convert_megatron_to_hf(root / "sc-route", root / "fused-route", fused_view=True)
     with pytest.raises(ConversionError, match=r"--route-unit: only a SCALE-Route .* exported as its fused view \(z_a\)"):
-        convert_megatron_to_hf(root / "sc-route", root / "fused-route", fused_view=True, route_unit="char")
+        convert_megatron_to_hf(root / "sc-route", root / "fused-route", fused_view=True, route=RouterOverride(unit="char"))
     with pytest.raises(ConversionError, match="--fused-view and --preserve-head-only: choose one"):
         convert_megatron_to_hf(root / "sc-adapt", root / "fused-route", fused_view=True, preserve_head_only=True)
     with pytest.raises(ConversionError, match="--fused-view: .*mg-False is not a SCALE checkpoint"):

@@ -78,6 +78,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     from megatron_scale.methods.load import load_model
     from megatron_scale.model.build import Parallel
     from megatron_scale.model.layers.heads import set_router_default
+    from megatron_scale.scale_config import Router
     from tests import _tiny
     from tests.convert.test_scale_export import _perturb
 
@@ -108,7 +109,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                                    *COMMON)
     # the same model deciding per character, as the recipe's calibrated checkpoint does: scored
     # with the tokenizer's codes and each position's predicted token, as its export routes
-    set_router_default(model, 0.8, "cosine", "above", "char")
+    set_router_default(model, Router(tau=0.8, statistic="cosine", direction="above", unit="char"))
     save_checkpoint(model, base / "run-char" / "iter_0000003", method=Scale(dims=model.scale_dims), model_args=record)
     if rank == 0:
         (base / "run-char" / "latest_checkpointed_iteration.txt").write_text("3\n")
@@ -118,7 +119,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     # the same weights as a SCALE-Preserve checkpoint (Route trains bitwise like Preserve): routed
     # by --router, it scores as the Route checkpoint with that router (not with the default it
     # records); without one, it is refused
-    set_router_default(model, 0.1, "max-prob", "below", "token")
+    set_router_default(model, Router(tau=0.1, statistic="max-prob", direction="below", unit="token"))
     save_checkpoint(model, base / "run-preserve" / "iter_0000003", model_args=record,
                     method=Scale(dims=dataclasses.replace(model.scale_dims, variant="preserve")))
     if rank == 0:

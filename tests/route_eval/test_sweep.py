@@ -65,6 +65,7 @@ def _reference_stats(z_p: torch.Tensor, z_a: torch.Tensor) -> dict[str, torch.Te
 
 def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
     from megatron_scale.model.layers.heads import output_head, router_settings
+    from megatron_scale.scale_options import RouterOverride
     from megatron_scale.route_eval import curves
     from megatron_scale.evaluation.capture import collect
 
@@ -87,7 +88,7 @@ def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
         grid = curves.default_grid([rec[f"stat/{s}"]], points=9)
         checks = []
         for tau in grid:
-            with torch.no_grad(), router_settings(model, tau=tau, statistic=s):
+            with torch.no_grad(), router_settings(model, RouterOverride(tau=tau, statistic=s)):
                 loss = model(*args, labels=b["labels"])  # [b, s] per-token loss of the routed logits
                 logits = model(*args, runtime_gather_output=True)
             direct_ppl = math.exp(float(loss.double().mean()))
@@ -105,7 +106,7 @@ def _at_tp(tp: int, state: dict | None) -> dict[str, Any]:
         other, _ = _model(tp, state, router_tau=tau, router_statistic=s, router_direction=direction)
         with torch.no_grad():
             built = other(*args, runtime_gather_output=True)
-            with router_settings(model, tau=tau, statistic=s, direction=direction):
+            with router_settings(model, RouterOverride(tau=tau, statistic=s, direction=direction)):
                 overridden = model(*args, runtime_gather_output=True)
                 loss = model(*args, labels=b["labels"])
             default = model(*args, runtime_gather_output=True)

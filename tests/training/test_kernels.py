@@ -167,6 +167,7 @@ def _refusals(data: str) -> dict[str, str]:
 def _body(rank: int, world: int, root: str) -> dict[str, Any]:
     import dataclasses
 
+    from megatron_scale.methods import Scale
     from megatron_scale.model.args import Fusions
     from megatron_scale.model.flops import Shape, attention, model_flops
     from megatron_scale.scale_config import ScaleConfig
@@ -182,7 +183,7 @@ def _body(rank: int, world: int, root: str) -> dict[str, Any]:
                                       "apply_rope_fusion", "cuda_graph_impl")}
     for variant, modules in (("preserve", ()), ("adapt", ("qkv", "proj"))):
         dims = ScaleConfig(variant=variant, adapt_layers=(2, 3) if modules else None).resolve(cfg, 1)
-        got = step_flops(dims.widened(cfg), 96, 16, dims)
+        got = step_flops(dims.widened(cfg), 96, 16, Scale(dims=dims))
         shape = Shape(hidden=dims.hidden, heads=dims.heads, groups=dims.groups, head_dim=dims.head_dim, ffn=dims.ffn,
                       hidden_up=dims.hidden_up, heads_up=dims.heads_up, groups_up=dims.groups_up, ffn_up=dims.ffn_up)
         want = model_flops(variant, shape, 16, 4, 96, adapt_layers=2, adapt_modules=modules or ("qkv", "proj"))

@@ -22,13 +22,13 @@ import torch
 import torch.distributed as dist
 
 from megatron_scale.route_stats.statistics import router_statistic
+from megatron_scale.scale_config import Gate
 
 
-def gate(z_p: torch.Tensor, statistic: str, tau: float, temperature: float, direction: str,
-         group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """[..., 1] the gate of each token of z_p ([..., V_local], vocab-parallel over `group`), in
+def gate(z_p: torch.Tensor, g: Gate, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """[..., 1] the gate `g` of each token of z_p ([..., V_local], vocab-parallel over `group`), in
     z_p's dtype; no gradient."""
     with torch.no_grad():
-        s = router_statistic(statistic, z_p, z_p, group)
-        x = tau - s if direction == "above" else s - tau
-        return torch.sigmoid(x / temperature).to(z_p.dtype).unsqueeze(-1)
+        s = router_statistic(g.statistic, z_p, z_p, group)
+        x = g.tau - s if g.direction == "above" else s - g.tau
+        return torch.sigmoid(x / g.temperature).to(z_p.dtype).unsqueeze(-1)

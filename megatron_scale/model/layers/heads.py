@@ -12,8 +12,8 @@ table, which autograd never records anyway.
 
 W_out_up is the only way a Preserve model changes its output, so it trains in every variant. The
 output layer returns z_a (training), z_p or the routed logits (routing.py), chosen by `head`; its
-router's tau, statistic, direction and unit are plain attributes (evaluation settings,
-router_settings below). A unit other than token (model/layers/route_units.py) needs the tokenizer's
+`router` (scale_options.Router: tau, statistic, direction, unit) is a plain attribute (an evaluation
+setting, router_settings below). A unit other than token (model/layers/route_units.py) needs the tokenizer's
 per-token codes (`unit_codes`, set_unit_codes below) and the labels of the forward
 (`unit_labels`, set by ScaleGPTModel.forward): the decision of a unit is its first label's.
 Both are vocab-parallel: rank r holds rows [V/tp * r, V/tp * (r+1)) of every table.
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron_scale import _mcore as mc
-from megatron_scale.scale_config import ScaleDims, check_router
-from megatron_scale.model.layers.gate import gate
+from megatron_scale.scale_config import Gate, Router, RouterOverride, ScaleDims
+from megatron_scale.model.layers.gate import gate as gate_of
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
 from megatron_scale.model.layers.route_units import unit_starts
 from megatron_scale.model.layers.routing import route
@@ -118,22 +118,16 @@ class ScaleOutputLayer(_VocabParallel):
 
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
-        tied: bool, gather_output: bool, tau: float, routed: bool = False, statistic: str = "cosine",
-        direction: str = "above", unit: str = "token", gate_statistic: str = "none", gate_tau: float = 0.5,
-        gate_temperature: float = 0.05, gate_direction: str = "above", skip_base_grad: bool = False,
+        tied: bool, gather_output: bool, router: Router = Router(), routed: bool = False, gate: Gate = Gate(),
+        skip_base_grad: bool = False,
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
         self.skip_base_grad = skip_base_grad
         self.gather_output = gather_output
         self.sequence_parallel = config.sequence_parallel
-        self.tau = tau
-        self.statistic = statistic
-        self.direction = direction
-        self.unit = unit
-        # the gate of W_out_up's term (gate.py); "none": the paper's z_a
-        self.gate_statistic, self.gate_tau = gate_statistic, gate_tau
-        self.gate_temperature, self.gate_direction = gate_temperature, gate_direction
+        self.router = router
+        self.gate = gate  # of W_out_up's term (gate.py); statistic none: the paper's z_a
         self.unit_codes: torch.Tensor | None = None  # [V] uint8, route_units.piece_codes
         self.unit_labels: torch.Tensor | None = None  # [b, s] this forward's labels
         self.routed = routed
@@ -183,16 +177,16 @@ class ScaleOutputLayer(_VocabParallel):
             logits = z_p
         else:
             z_up = torch.matmul(h[..., d:], self.weight_up.t())
-            if self.gate_statistic != "none":
-                z_up = z_up * gate(z_p, self.gate_statistic, self.gate_tau, self.gate_temperature,
-                                   self.gate_direction, self.tp_group if self.tp_size > 1 else None)
+            if self.gate.enabled:
+                z_up = z_up * gate_of(z_p, self.gate, self.tp_group if self.tp_size > 1 else None)
             z_a = z_p + z_up
             logits = z_a
             if self.capture:
                 self.captured = (z_p.detach(), z_a.detach())
             if head == "route":
-                logits, keep = route(z_p, z_a, self.tau, self.tp_group if self.tp_size > 1 else None,
-                                     self.statistic, self.direction, self._unit_starts())
+                r = self.router
+                logits, keep = route(z_p, z_a, r.tau, self.tp_group if self.tp_size > 1 else None,
+                                     r.statistic, r.direction, self._unit_starts())
                 self.route_counts[0] += keep.sum()  # on the device: no host sync per forward
                 self.route_counts[1] += keep.numel()
         gather = self.gather_output if runtime_gather_output is None else runtime_gather_output
@@ -202,18 +196,19 @@ class ScaleOutputLayer(_VocabParallel):
 
     def _unit_starts(self) -> torch.Tensor | None:
         """[s, b] where the label's unit starts (None: every token decides alone)."""
-        if self.unit == "token":
+        unit = self.router.unit
+        if unit == "token":
             return None
         if self.unit_codes is None:
-            raise ValueError(f"router unit {self.unit!r}: the model has no token codes; give the byte-level "
+            raise ValueError(f"router unit {unit!r}: the model has no token codes; give the byte-level "
                              "tokenizer (builder.set_unit_codes; --tokenizer-model in training)")
         if self.unit_labels is None:
-            raise ValueError(f"router unit {self.unit!r} decides per unit of the predicted tokens: "
+            raise ValueError(f"router unit {unit!r} decides per unit of the predicted tokens: "
                              "the forward needs labels")
         if self.unit_codes.numel() != self.vocab_local * self.tp_size:
-            raise ValueError(f"router unit {self.unit!r}: {self.unit_codes.numel()} token codes for a vocabulary "
+            raise ValueError(f"router unit {unit!r}: {self.unit_codes.numel()} token codes for a vocabulary "
                              f"of {self.vocab_local * self.tp_size}")
-        return unit_starts(self.unit_codes, self.unit_labels, self.unit).t()
+        return unit_starts(self.unit_codes, self.unit_labels, unit).t()
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
         tensors = {"weight_up": self.weight_up}
@@ -250,39 +245,29 @@ def output_head(model: nn.Module, head: str) -> Iterator[None]:
 
 
 @contextmanager
-def router_settings(
-    model: nn.Module, tau: float | None = None, statistic: str | None = None, direction: str | None = None,
-    unit: str | None = None,
-) -> Iterator[None]:
-    """Temporarily route with another tau, statistic, direction and/or unit (None: keep the
-    model's). The router has no parameters, so this is all an evaluation-time override needs (a
-    unit other than token also needs the tokenizer's codes: set_unit_codes)."""
-    check_router(0.0, statistic or "cosine", "tau", "router statistic", direction or "above", "router direction",
-                 unit or "token", "router unit")
+def router_settings(model: nn.Module, router: Router | RouterOverride) -> Iterator[None]:
+    """Temporarily route with another router: a whole Router, or a RouterOverride's settings in
+    place of each layer's (None: keep the model's). The router has no parameters, so this is all
+    an evaluation-time override needs (a unit other than token also needs the tokenizer's codes:
+    set_unit_codes)."""
     layers = output_layers(model)
-    before = [(layer.tau, layer.statistic, layer.direction, layer.unit) for layer in layers]
+    before = [layer.router for layer in layers]
     for layer in layers:
-        layer.tau = layer.tau if tau is None else float(tau)
-        layer.statistic = layer.statistic if statistic is None else statistic
-        layer.direction = layer.direction if direction is None else direction
-        layer.unit = layer.unit if unit is None else unit
+        layer.router = router.over(layer.router).check("router ")
     try:
         yield
     finally:
-        for layer, (t, s, d, u) in zip(layers, before, strict=True):
-            layer.tau, layer.statistic, layer.direction, layer.unit = t, s, d, u
+        for layer, r in zip(layers, before, strict=True):
+            layer.router = r
 
 
-def set_router_default(model: ScaleModel, tau: float, statistic: str, direction: str = "above",
-                       unit: str | None = None) -> None:
-    """Make (tau, statistic, direction, unit) the model's router default: what it routes with and
-    what the checkpoints it saves record (scale.dims). unit None: keep the model's."""
-    unit = model.scale_dims.router_unit if unit is None else unit
-    check_router(tau, statistic, "tau", "router statistic", direction, "router direction", unit, "router unit")
-    model.scale_dims = dataclasses.replace(model.scale_dims, router_tau=float(tau), router_statistic=statistic,
-                                           router_direction=direction, router_unit=unit)
+def set_router_default(model: ScaleModel, router: Router) -> None:
+    """Make `router` the model's router default: what it routes with and what the checkpoints it
+    saves record (scale.dims)."""
+    router = dataclasses.replace(router.check("router "), tau=float(router.tau))
+    model.scale_dims = model.scale_dims.with_router(router)
     for layer in output_layers(model):
-        layer.tau, layer.statistic, layer.direction, layer.unit = float(tau), statistic, direction, unit
+        layer.router = router
 
 
 def set_unit_codes(model: nn.Module, codes: Any) -> None:

@@ -240,7 +240,7 @@ def _check_output(rec: _Recorder, r: int, tied: bool, head: str) -> None:
     tp = rec.tp
     label = f"output[tied={tied},head={head}]"
     mod = ScaleOutputLayer(
-        V, D, D_UP, config=_tiny.base_config(tp), tied=tied, gather_output=False, tau=0.5
+        V, D, D_UP, config=_tiny.base_config(tp), tied=tied, gather_output=False
     )
     _fill([mod.weight, mod.weight_up], seed=1000 * 51 + r)
     g = global_state_dict(mod)

@@ -15,6 +15,7 @@ decision; TP=2 equals TP=1.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -115,7 +116,7 @@ def _route_at(tp: int, state: dict | None, tau: float | None) -> dict[str, Any]:
         if tau is None:  # split the tokens: midway between the two middle cosines of the TP=1 model
             c = cos.flatten().sort().values
             tau = float((c[len(c) // 2 - 1] + c[len(c) // 2]) / 2)
-        head.tau = tau
+        head.router = dataclasses.replace(head.router, tau=tau)
         head.reset_route_counts()
         routed = model(*args)
     keep = cos >= tau
@@ -153,6 +154,7 @@ def _unit_firsts(table: list[bytes], labels: list[int], unit: str) -> list[int]:
 def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
     """Route the Korean string (row 0) and a random row per character and per word."""
     from megatron_scale.model.layers.heads import router_settings, set_unit_codes
+    from megatron_scale.scale_options import RouterOverride
     from megatron_scale.model.layers.route_units import piece_codes
 
     table = _unit_vocab.pieces(_tiny.VOCAB)
@@ -166,7 +168,7 @@ def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
     with torch.no_grad():
         z_p, z_a, cos = _both_heads(model, args)
         for unit in ("char", "word"):
-            with router_settings(model, tau=tau, unit=unit):
+            with router_settings(model, RouterOverride(tau=tau, unit=unit)):
                 routed = model(*args, route_labels=labels)
             firsts = torch.tensor([_unit_firsts(table, row, unit) for row in labels.tolist()], device=cos.device)
             keep = (cos >= tau).gather(1, firsts)
@@ -176,7 +178,7 @@ def _units_at(model: Any, b: dict, tau: float) -> dict[str, Any]:
             out[unit] = {"routed": routed, "equal": bool(torch.equal(routed[clear], expected[clear])),
                          "either": bool(torch.all(kept | torch.all(routed == z_a, dim=-1))),
                          "kept": kept, "firsts": firsts, "units": int(firsts[0].unique().numel())}
-        with router_settings(model, tau=tau):
+        with router_settings(model, RouterOverride(tau=tau)):
             out["token_kept"] = torch.all(model(*args) == z_p, dim=-1)
     set_unit_codes(model, None)
     return out
