@@ -42,13 +42,13 @@ class Flat:
 
     def record(self, prefix: str = "") -> dict[str, Any]:
         """The settings as flat keys (`prefix` + name: the checkpoint's router_tau, ...)."""
-        return {prefix + f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {prefix + f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # a mixin of dataclasses only
 
     @classmethod
     def of_record(cls, record: Any, prefix: str = "") -> Self:
         """The value the flat keys `prefix` + name of `record` (a mapping or an object's attributes) hold."""
         read: Callable[[str], Any] = record.__getitem__ if isinstance(record, dict) else lambda k: getattr(record, k)
-        return cls(**{f.name: read(prefix + f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        return cls(**{f.name: read(prefix + f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]  # a mixin of dataclasses only
 
 
 @dataclass(frozen=True, kw_only=True)
