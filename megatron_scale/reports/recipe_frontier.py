@@ -248,11 +248,24 @@ def sweep_extras(sweep: str | os.PathLike, method: str, lr: float, old: str, new
     return runs, markers, info
 
 
+def sweeps(path: Path, old: str, new: str) -> bool:
+    """Whether `path` is a router sweep of `old` against `new`: a sweep scores one old set, so on
+    another set's axis (the frontier's by_set/ ones) it has nothing to say and is left out; a sweep
+    that cannot be read is load_sweep's error."""
+    if not path.is_file():
+        return False
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return True  # load_sweep names the file and the error
+    return not isinstance(doc, dict) or (doc.get("old"), doc.get("new")) == (old, new)
+
+
 def extras(specs: list[Spec], old: str = "en", new: str = "ko") -> tuple[list[Run], list[Marker], dict]:
     """sweep_extras of every run with a sweep."""
     runs, markers, info = [], [], {}
     for s in specs:
-        if s.sweep.is_file():
+        if sweeps(s.sweep, old, new):
             r, m, i = sweep_extras(s.sweep, s.name, s.lr, old, new)
             runs, markers = runs + r, markers + m
             info.update(i)
@@ -269,8 +282,9 @@ def runs_of(specs: list[Spec], old: str | Sequence[str] = "en", new: str = "ko",
             raise FileNotFoundError(f"run {s.workdir}:{s.method}:{s.lr:g}: no metrics file {s.metrics} (has it trained?)")
         seed = s.trained_seed()
         out.append(training_run(s.name, s.lr, seed, s.metrics, old, new, base))
-        if s.sweep.is_file() and (isinstance(old, str) or len(old) == 1):
-            out += sweep_curves(s.sweep, s.name, s.lr, old if isinstance(old, str) else old[0], new, seed)
+        one = old if isinstance(old, str) else old[0] if len(old) == 1 else None
+        if one is not None and sweeps(s.sweep, one, new):
+            out += sweep_curves(s.sweep, s.name, s.lr, one, new, seed)
     return out
 
 

@@ -106,6 +106,24 @@ def test_the_tool_writes_the_table_the_plot_and_every_runs_last_evaluation(tmp_p
     assert bad.returncode == 2 and "no metrics file" in bad.stderr and "lora" in bad.stderr
 
 
+def test_a_sweep_of_one_english_set_stands_only_on_its_own_axis(tmp_path: Path) -> None:
+    """The GPU science run's frontier (several English sets, so a by_set/ axis per set) with Route's
+    sweep of `en` alone: the sweep's curves are drawn on the en axis and left out of en_modern's,
+    instead of refusing the whole frontier (the CPU rehearsal of 2026-12-03 stopped there)."""
+    root = _workdir(tmp_path / "wd")
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "tools" / "recipe_frontier.py"), "--out", str(out), "--levels", "0.1",
+           "--old", "en", "en_modern", "--", f"{root}:full:1e-3", f"{root}:scale-route:1e-3"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "scale-route[cosine]" in (out / "by_set" / "en" / "frontier.md").read_text()
+    modern = (out / "by_set" / "en_modern" / "frontier.md").read_text()
+    assert "| full |" in modern and "scale-route[" not in modern
+    assert "scale-route[" not in (out / "frontier.md").read_text()  # the mean of two sets: no sweep scores it
+    runs = runs_of([Spec.parse(f"{root}:scale-route:1e-3")], "en_modern", "ko")
+    assert [r.method for r in runs] == ["scale-route"]
+
+
 def test_sweep_extras_give_the_controls_the_papers_router_and_the_deployable_point(tmp_path: Path) -> None:
     from megatron_scale.reports.recipe_frontier import sweep_extras
 
