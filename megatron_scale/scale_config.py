@@ -296,10 +296,10 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     d, h, g, f, layers = sizes["hidden"], sizes["heads"], sizes["groups"], sizes["ffn"], sizes["num_layers"]
     if cfg.variant not in VARIANTS:
         raise fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
-    cfg.router.check("--scale-router-")
+    router = cfg.router.check("--scale-router-")
     if cfg.output_rows not in OUTPUT_ROWS:
         raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
-    cfg.gate.check()
+    gate = cfg.gate.check()
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -353,9 +353,9 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         init_std=cfg.init_std,
         adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
-        **dataclasses.replace(cfg.router, tau=float(cfg.router_tau)).record("router_"),
+        **router.record("router_"),
         output_rows=cfg.output_rows,
-        **dataclasses.replace(cfg.gate, tau=float(cfg.gate_tau), temperature=float(cfg.gate_temperature)).record("gate_"),
+        **gate.record("gate_"),
         seed=cfg.seed,
     ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):

@@ -63,7 +63,8 @@ class Router(Flat):
     unit: str = "token"
 
     def check(self, flags: Flags = "--scale-router-") -> Router:
-        """This router, or one ScaleConfigError naming the flag of the first setting that is not usable."""
+        """This router (tau as a float), or one ScaleConfigError naming the flag of the first setting
+        that is not usable."""
         if not finite(self.tau):
             raise ScaleConfigError(f"{flag_of(flags, 'tau')}: tau must be a finite number, got {self.tau!r}")
         for name, known in (("statistic", ROUTER_STATISTICS), ("direction", ROUTER_DIRECTIONS), ("unit", ROUTER_UNITS)):
@@ -71,7 +72,7 @@ class Router(Flat):
             if value not in known:
                 raise ScaleConfigError(f"{flag_of(flags, name)}: unknown router {name} {value!r}; "
                                        f"choose one of {', '.join(known)}")
-        return self
+        return dataclasses.replace(self, tau=float(self.tau))
 
     def over(self, router: Router) -> Router:
         """This router in place of `router` (RouterOverride.over's twin: a whole router replaces one)."""
@@ -116,7 +117,8 @@ class Gate(Flat):
         return self.statistic != "none"
 
     def check(self, flags: Flags = "--scale-gate-") -> Gate:
-        """This gate, or one ScaleConfigError naming the flag of the first setting that is not usable."""
+        """This gate (tau and temperature as floats), or one ScaleConfigError naming the flag of the
+        first setting that is not usable."""
         if self.statistic not in GATE_STATISTICS:
             raise ScaleConfigError(f"{flag_of(flags, 'statistic')}: unknown {self.statistic!r}; "
                                    f"choose one of {', '.join(GATE_STATISTICS)}")
@@ -128,4 +130,4 @@ class Gate(Flat):
         if self.direction not in ROUTER_DIRECTIONS:
             raise ScaleConfigError(f"{flag_of(flags, 'direction')}: unknown {self.direction!r}; "
                                    f"choose one of {', '.join(ROUTER_DIRECTIONS)}")
-        return self
+        return dataclasses.replace(self, tau=float(self.tau), temperature=float(self.temperature))

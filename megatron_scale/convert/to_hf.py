@@ -16,7 +16,6 @@ replaced only with `force`. `verify` compares the two models' logits before publ
 from __future__ import annotations
 
 import base64
-import dataclasses
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -103,7 +102,7 @@ def router_override(dims: ScaleDims | None, route: RouterOverride, preserve_head
         router = route.over(dims.router).check("--route-")
     except ScaleConfigError as e:
         raise ConversionError(str(e)) from e
-    return dims.with_router(dataclasses.replace(router, tau=float(router.tau)))
+    return dims.with_router(router)
 
 
 @conversion_errors()

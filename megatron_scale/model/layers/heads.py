@@ -23,7 +23,6 @@ they route (output_head, router_settings, set_router_default, set_unit_codes).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -264,7 +263,7 @@ def router_settings(model: nn.Module, router: Router | RouterOverride) -> Iterat
 def set_router_default(model: ScaleModel, router: Router) -> None:
     """Make `router` the model's router default: what it routes with and what the checkpoints it
     saves record (scale.dims)."""
-    router = dataclasses.replace(router.check("router "), tau=float(router.tau))
+    router = router.check("router ")
     model.scale_dims = model.scale_dims.with_router(router)
     for layer in output_layers(model):
         layer.router = router
