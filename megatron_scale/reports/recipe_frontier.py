@@ -41,7 +41,7 @@ from megatron_scale.recipe.layout import run_name
 from megatron_scale.reports.frontier import RUN_LEVELS, Point, Run
 from megatron_scale.reports.frontier_report import Axes, Marker
 from megatron_scale.reports.recipe import _pct
-from megatron_scale.reports.route_sweep import load_sweep
+from megatron_scale.reports.route_sweep import load_sweep, read_sweep, swept
 from megatron_scale.run_metrics import evaluations, start_record
 
 LEVELS = RUN_LEVELS
@@ -250,15 +250,8 @@ def sweep_extras(sweep: str | os.PathLike, method: str, lr: float, old: str, new
 
 def sweeps(path: Path, old: str, new: str) -> bool:
     """Whether `path` is a router sweep of `old` against `new`: a sweep scores one old set, so on
-    another set's axis (the frontier's by_set/ ones) it has nothing to say and is left out; a sweep
-    that cannot be read is load_sweep's error."""
-    if not path.is_file():
-        return False
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return True  # load_sweep names the file and the error
-    return not isinstance(doc, dict) or (doc.get("old"), doc.get("new")) == (old, new)
+    another set's axis (the frontier's by_set/ ones) it has nothing to say and is left out."""
+    return path.is_file() and swept(read_sweep(path)) == (old, new)
 
 
 def extras(specs: list[Spec], old: str = "en", new: str = "ko") -> tuple[list[Run], list[Marker], dict]:

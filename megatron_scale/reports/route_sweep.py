@@ -21,16 +21,27 @@ from megatron_scale.durable import atomic_write
 PLOT = "route_sweep.png"
 
 
-def load_sweep(path: str | os.PathLike, old: str, new: str) -> dict[str, Any]:
-    """sweep.json, checked to hold the two sets and a calibration per statistic."""
+def read_sweep(path: str | os.PathLike) -> dict[str, Any]:
+    """sweep.json as it stands, unchecked; one error naming the file where it is missing or not JSON."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--route-sweep {p}: no such file (did the sweep step run?)")
     try:
-        sweep = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"--route-sweep {p}: not JSON ({e})") from e
-    if (sweep.get("old"), sweep.get("new")) != (old, new):
+
+
+def swept(sweep: dict[str, Any]) -> tuple[Any, Any]:
+    """The (old, new) sets a sweep scored."""
+    return sweep.get("old"), sweep.get("new")
+
+
+def load_sweep(path: str | os.PathLike, old: str, new: str) -> dict[str, Any]:
+    """sweep.json, checked to hold the two sets and a calibration per statistic."""
+    p = Path(path)
+    sweep = read_sweep(p)
+    if swept(sweep) != (old, new):
         raise ValueError(f"--route-sweep {p}: swept {sweep.get('old')!r} against {sweep.get('new')!r}, "
                          f"the report compares {old!r} against {new!r}")
     missing = [stat for stat, r in sweep.get("statistics", {}).items() if "calibration" not in r]
