@@ -352,12 +352,18 @@ def _room(module: str) -> str:
     return module.split(".")[1] if "." in module else module
 
 
-def _room_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every cycle of the room graph (an arrow wherever a module of one room imports one of another),
-    as the rooms of each strongly connected component of more than one room."""
+def _room_arrows(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import (an arrow wherever one module imports another's)."""
     arrows: dict[str, set[str]] = {}
     for m, deps in graph.items():
         arrows.setdefault(_room(m), set()).update(_room(d) for d in deps if _room(d) != _room(m))
+    return arrows
+
+
+def _room_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of the room graph (an arrow wherever a module of one room imports one of another),
+    as the rooms of each strongly connected component of more than one room."""
+    arrows = _room_arrows(graph)
     reach = {r: _reached(arrows, r) for r in arrows}
     return sorted({tuple(sorted(c for c in reach[r] if r in reach.get(c, ()))) for r in arrows if r in reach[r]})
 
@@ -377,9 +383,7 @@ def test_no_cycle_between_rooms() -> None:
 
 def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
     """Each room's floor: 1 for a room that imports no other, else one above the highest it imports."""
-    arrows: dict[str, set[str]] = {}
-    for m, deps in graph.items():
-        arrows.setdefault(_room(m), set()).update(_room(d) for d in deps if _room(d) != _room(m))
+    arrows = _room_arrows(graph)
     floors: dict[str, int] = {}
 
     def floor(r: str) -> int:
