@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from megatron_scale.flags import flag
-from megatron_scale.scale_options import Gate, Router, RouterOverride
+from megatron_scale.scale_options import Gate, Router, RouterOverride, ScaleTraining
 from megatron_scale.scale_checks import (
     ADAPT_MODULES, BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
     base_sizes, check_architecture,
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
-    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "Gate", "OUTPUT_ROWS", "ROUTER_DIRECTIONS", "ROUTER_SETTINGS",
-    "ROUTER_STATISTICS", "ROUTER_UNITS", "TRAINING_SETTINGS", "VARIANTS", "Router", "RouterOverride", "ScaleConfig",
+    "ADAPT_MODULES", "BASE_BACKWARDS", "GATE_STATISTICS", "INITS", "Gate", "OUTPUT_ROWS", "ROUTER_DIRECTIONS",
+    "ROUTER_STATISTICS", "ROUTER_UNITS", "VARIANTS", "Router", "RouterOverride", "ScaleConfig", "ScaleTraining",
     "ScaleConfigError", "ScaleDims", "int_list", "size_notes", "word_list",
 ]
 
@@ -42,13 +42,6 @@ Variant = Literal["preserve", "adapt", "route"]
 Init = Literal["svd", "normal", "zero"]
 VARIANTS: tuple[str, ...] = get_args(Variant)
 INITS: tuple[str, ...] = get_args(Init)
-# Router settings: recorded with the geometry (as the checkpoint's default) but not part of it, so
-# a checkpoint that differs only in them loads (the router has no parameters; see routing.py).
-ROUTER_SETTINGS = ("router_tau", "router_statistic", "router_direction", "router_unit")
-# Training settings: recorded with the geometry, not part of it. A run may change them on a SCALE
-# checkpoint (a flag given overrides the recorded value; one not given takes it).
-TRAINING_SETTINGS = ("output_rows", "gate_statistic", "gate_tau", "gate_temperature", "gate_direction",
-                     "base_backward")
 
 _log = logging.getLogger(__name__)
 
@@ -151,11 +144,8 @@ class ScaleConfig:
             hidden_up=dims.hidden_up, heads_up=dims.heads_up, groups_up=dims.groups_up, ffn_up=dims.ffn_up,
             variant=dims.variant, init=dims.init, init_std=dims.init_std, adapt_layers=adapt_layers,
             adapt_modules=tuple(sorted(dims.adapt_modules or ("qkv", "proj"))),
-            route_adapt=dims.variant == "route" and bool(adapt_layers), router_tau=dims.router_tau,
-            router_statistic=dims.router_statistic, router_direction=dims.router_direction,
-            router_unit=dims.router_unit, output_rows=dims.output_rows, gate_statistic=dims.gate_statistic,
-            gate_tau=dims.gate_tau, gate_temperature=dims.gate_temperature, gate_direction=dims.gate_direction,
-            base_backward=dims.base_backward, seed=dims.seed,
+            route_adapt=dims.variant == "route" and bool(adapt_layers), **dims.router.record("router_"),
+            **dims.training.record(), seed=dims.seed,
         )
 
 
@@ -178,23 +168,18 @@ class ScaleDims:
     init_std: float
     adapt_layers: frozenset[int] = field(default_factory=frozenset)
     adapt_modules: frozenset[str] = field(default_factory=frozenset)
-    router_tau: float = 0.5
-    router_statistic: str = "cosine"
-    router_direction: str = "above"
-    router_unit: str = "token"
-    output_rows: str = "all"
-    gate_statistic: str = "none"
-    gate_tau: float = 0.5
-    gate_temperature: float = 0.05
-    gate_direction: str = "above"
-    base_backward: str = "full"
-    """skip | full, resolved (resolve_base_backward): skip only where no W12 exists."""
+    router: Router = Router()
+    """The router's default: what a Route model routes with unless evaluation or the export
+    overrides it (not geometry: the router has no parameters, so a checkpoint that differs only in
+    it loads; see routing.py)."""
+    training: ScaleTraining = ScaleTraining()
+    """What a run trains of it: output rows, gate, base backward (not geometry: a run may change it)."""
     seed: int = 1234
 
     @property
     def gate(self) -> Gate:
-        """The gate of W_out_up's term (gate_* fields)."""
-        return Gate.of_record(self, "gate_")
+        """The gate of W_out_up's term (a training setting)."""
+        return self.training.gate
 
     @property
     def gated(self) -> bool:
@@ -203,31 +188,48 @@ class ScaleDims:
     @property
     def skip_base_backward(self) -> bool:
         """The modules compute no gradient for the base features (model/layers/: skip_base_grad)."""
-        return self.base_backward == "skip"
+        return self.training.base_backward == "skip"
 
     def with_base_backward(self, setting: str) -> ScaleDims:
         """This geometry with --scale-base-backward `setting` resolved on it (refused by name where
         it cannot hold)."""
-        return dataclasses.replace(self, base_backward=resolve_base_backward(setting, bool(self.adapt_layers),
-                                                                             self.variant))
+        backward = resolve_base_backward(setting, bool(self.adapt_layers), self.variant)
+        return dataclasses.replace(self, training=dataclasses.replace(self.training, base_backward=backward))
+
+    def with_training(self, given: Mapping[str, Any]) -> ScaleDims:
+        """This geometry trained with the flat training settings `given` in place of its own (each
+        checked by its --scale-* flag; base_backward resolved on the geometry)."""
+        settings = {**self.training.record(), **given}
+        backward = settings.pop("base_backward")
+        training = ScaleTraining.of_record({**settings, "base_backward": "full"}).check()
+        return dataclasses.replace(self, training=training).with_base_backward(backward)
 
     @property
     def routed(self) -> bool:
         return self.variant == "route"
 
-    @property
-    def router(self) -> Router:
-        """The router's default (router_* fields): what the model routes with unless overridden."""
-        return Router.of_record(self, "router_")
-
     def with_router(self, router: Router) -> ScaleDims:
         """This geometry with `router` as its router's default (checked: a ScaleConfigError names its --scale-router-* flag)."""
-        return dataclasses.replace(self, **router.check().record("router_"))
+        return dataclasses.replace(self, router=router.check())
+
+    def geometry(self) -> dict[str, Any]:
+        """The geometry alone, as the record spells it: what two models must share for one to load
+        the other's checkpoint (the router and the training settings are not part of it)."""
+        return {k: v for k, v in self.to_record().items() if k not in _NOT_GEOMETRY}
 
     def to_record(self) -> dict[str, Any]:
-        """The checkpoint's `scale.dims` record: these fields, sets as sorted lists (JSON-like)."""
-        rec = dataclasses.asdict(self)
-        return {k: sorted(v) if isinstance(v, frozenset | set) else v for k, v in rec.items()}
+        """The checkpoint's `scale.dims` record, flat: the geometry's fields (sets as sorted lists),
+        the router's as router_*, the training settings' as ScaleTraining.record spells them."""
+        rec: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Router):
+                rec.update(value.record("router_"))
+            elif isinstance(value, ScaleTraining):
+                rec.update(value.record())
+            else:
+                rec[f.name] = sorted(value) if isinstance(value, frozenset) else value
+        return rec
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> ScaleDims:
@@ -239,18 +241,19 @@ class ScaleDims:
         given = {"router_statistic": "cosine", "router_direction": "above", "router_unit": "token", "output_rows": "all",
                  "gate_statistic": "none", "gate_tau": 0.5, "gate_temperature": 0.05, "gate_direction": "above",
                  "base_backward": "auto", **record}
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = set(_RECORD_KEYS)
         unknown, missing = sorted(set(given) - names), sorted(names - set(given))
         if unknown or missing:
             problems = ([f"unknown key(s) {unknown}"] if unknown else []) + (
                 [f"missing key(s) {missing}"] if missing else [])
             raise ScaleConfigError(f"{where}: not a SCALE geometry record ({'; '.join(problems)})")
-        given["adapt_layers"] = frozenset(given["adapt_layers"])
-        given["adapt_modules"] = frozenset(given["adapt_modules"])
-        backward = given["base_backward"]
-        given["base_backward"] = "full"  # resolved on the geometry below
+        geometry = {k: given[k] for k in _RECORD_KEYS if k not in _NOT_GEOMETRY}
+        geometry["adapt_layers"] = frozenset(geometry["adapt_layers"])
+        geometry["adapt_modules"] = frozenset(geometry["adapt_modules"])
         try:
-            return cls(**given).with_base_backward(backward)
+            training = ScaleTraining.of_record({**given, "base_backward": "full"})  # resolved on the geometry below
+            dims = cls(**geometry, router=Router.of_record(given, "router_"), training=training)
+            return dims.with_base_backward(given["base_backward"])
         except ScaleConfigError as e:
             raise ScaleConfigError(f"{where}: {e}") from e
 
@@ -353,11 +356,18 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         init_std=cfg.init_std,
         adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
-        **router.record("router_"),
-        output_rows=cfg.output_rows,
-        **gate.record("gate_"),
+        router=router,
+        training=ScaleTraining(output_rows=cfg.output_rows, gate=gate),
         seed=cfg.seed,
     ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):
         _log.info("SCALE default size: %s", note)
     return dims
+
+
+# The record's flat keys, in its order, and those that are not geometry (the router's and the
+# training settings': derived from their values, so a new setting needs no list kept by hand).
+_RECORD_KEYS: tuple[str, ...] = tuple(ScaleDims(
+    num_layers=1, hidden=1, hidden_up=1, heads=1, heads_up=1, groups=1, groups_up=1, head_dim=1, ffn=1, ffn_up=1,
+    variant="preserve", init="svd", init_std=0.0).to_record())
+_NOT_GEOMETRY = frozenset(Router().record("router_")) | frozenset(ScaleTraining.keys())

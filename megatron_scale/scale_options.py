@@ -4,6 +4,8 @@
     RouterOverride  a router's settings given in place of a model's (None: keep the model's)
     Gate            the per-token weight of W_out_up's term (model/layers/gate.py): statistic, tau,
                     temperature, direction; statistic none (the paper's) is no gate
+    ScaleTraining   what a run trains of a geometry, recorded with it but not part of it: the output
+                    rows, the gate, the backward through the base stream (a run may change them)
 
 Each `check(flags)` raises one ScaleConfigError naming the flag of the setting that is not usable;
 `flags` is the caller's flag prefix ("--scale-router-" for the training entry's flags, "--route-"
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from megatron_scale.scale_checks import (
-    GATE_STATISTICS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
+    BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
 )
 
 Flags = str | Callable[[str], str]
@@ -131,3 +133,42 @@ class Gate(Flat):
             raise ScaleConfigError(f"{flag_of(flags, 'direction')}: unknown {self.direction!r}; "
                                    f"choose one of {', '.join(ROUTER_DIRECTIONS)}")
         return dataclasses.replace(self, tau=float(self.tau), temperature=float(self.temperature))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleTraining:
+    """The settings a run trains a geometry with: recorded beside it (a checkpoint's) but not part
+    of it, so a run from a checkpoint may change them (a flag given overrides the recorded value).
+    On disk flat: output_rows, gate_statistic, ..., base_backward."""
+
+    output_rows: str = "all"
+    """Which rows of W_out_up train: all (the paper's) | a script's (model/layers/output_rows.py)."""
+    gate: Gate = Gate()
+    base_backward: str = "full"
+    """skip | full once resolved on a geometry (ScaleDims.with_base_backward); auto before."""
+
+    def record(self) -> dict[str, Any]:
+        """The settings as the checkpoint's flat keys."""
+        return {"output_rows": self.output_rows, **self.gate.record("gate_"), "base_backward": self.base_backward}
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> ScaleTraining:
+        """The settings the flat keys of `record` hold."""
+        return cls(output_rows=record["output_rows"], gate=Gate.of_record(record, "gate_"),
+                   base_backward=record["base_backward"])
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The flat keys (the --scale-* settings of ScaleConfig they come from)."""
+        return tuple(cls().record())
+
+    def check(self) -> ScaleTraining:
+        """These settings (checked: one ScaleConfigError naming the --scale-* flag of the first
+        setting that is not usable)."""
+        if self.output_rows not in OUTPUT_ROWS:
+            raise ScaleConfigError(f"--scale-output-rows: unknown rows {self.output_rows!r}; "
+                                   f"choose one of {', '.join(OUTPUT_ROWS)}")
+        if self.base_backward not in BASE_BACKWARDS:
+            raise ScaleConfigError(f"--scale-base-backward: unknown {self.base_backward!r}; "
+                                   f"choose one of {', '.join(BASE_BACKWARDS)}")
+        return dataclasses.replace(self, gate=self.gate.check())

@@ -35,7 +35,7 @@ def _built(rank: int, world: int) -> dict[str, Any]:
         (layer,) = output_layers(model)
         scope = getattr(layer, "row_scope", None)
         out[m] = (layer.gate.statistic, layer.gate.tau, None if scope is None else int(scope.sum()))
-        out[f"{m}/backward"] = model.scale_dims.base_backward
+        out[f"{m}/backward"] = model.scale_dims.training.base_backward
     return out
 
 

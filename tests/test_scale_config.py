@@ -22,7 +22,7 @@ def test_defaults_follow_the_method() -> None:
     )
     assert dims.heads_up // dims.groups_up == _tiny.HEADS // _tiny.GROUPS
     assert dims.head_dim == _tiny.HEAD_DIM
-    assert dims.variant == "preserve" and dims.init == "svd" and dims.router_tau == 0.5
+    assert dims.variant == "preserve" and dims.init == "svd" and dims.router.tau == 0.5
     assert dims.adapt_layers == frozenset() and dims.adapt_modules == frozenset()
     adapt = ScaleConfig(variant="adapt").resolve(_base())
     assert adapt.adapt_layers == frozenset(range(_tiny.LAYERS // 2, _tiny.LAYERS))
@@ -180,10 +180,9 @@ def test_record_round_trip(settings: dict) -> None:
     old = {k: v for k, v in record.items()
            if k not in ("router_statistic", "router_direction", "router_unit", "output_rows")
            and not k.startswith("gate_")}
-    assert ScaleDims.from_record(old, where="ckpt").router_statistic == "cosine"
-    assert ScaleDims.from_record(old, where="ckpt").router_direction == "above"
-    assert ScaleDims.from_record(old, where="ckpt").router_unit == "token"
-    assert ScaleDims.from_record(old, where="ckpt").output_rows == "all"
+    oldest = ScaleDims.from_record(old, where="ckpt")
+    assert (oldest.router.statistic, oldest.router.direction, oldest.router.unit) == ("cosine", "above", "token")
+    assert oldest.training.output_rows == "all"
     assert not ScaleDims.from_record(old, where="ckpt").gated
     with pytest.raises(ScaleConfigError, match=r"^ckpt/iter_1: scale\.dims: .*missing key\(s\) \['seed'\]"):
         ScaleDims.from_record({k: v for k, v in record.items() if k != "seed"}, where="ckpt/iter_1: scale.dims")
@@ -207,26 +206,26 @@ def test_recorded_geometry_is_checked_against_its_base() -> None:
 
 def test_router_direction_defaults_to_above_and_a_bad_one_names_its_flag() -> None:
     """The paper's router keeps z_p where the statistic >= tau ("above"); "below" reverses it."""
-    assert ScaleConfig(variant="route").resolve(_base(), 1).router_direction == "above"
-    assert ScaleConfig(variant="route", router_direction="below").resolve(_base(), 1).router_direction == "below"
+    assert ScaleConfig(variant="route").resolve(_base(), 1).router.direction == "above"
+    assert ScaleConfig(variant="route", router_direction="below").resolve(_base(), 1).router.direction == "below"
     with pytest.raises(ScaleConfigError, match=r"^--scale-router-direction: unknown router direction 'under'"):
         ScaleConfig(variant="route", router_direction="under").resolve(_base(), 1)
 
 
 def test_router_unit_defaults_to_token_and_a_bad_one_names_its_flag() -> None:
     """The paper's router decides per token; char / word are recorded like the direction."""
-    assert ScaleConfig(variant="route").resolve(_base(), 1).router_unit == "token"
+    assert ScaleConfig(variant="route").resolve(_base(), 1).router.unit == "token"
     dims = ScaleConfig(variant="route", router_unit="char").resolve(_base(), 1)
-    assert dims.router_unit == "char" and ScaleConfig.from_dims(dims).router_unit == "char"
+    assert dims.router.unit == "char" and ScaleConfig.from_dims(dims).router_unit == "char"
     with pytest.raises(ScaleConfigError, match=r"^--scale-router-unit: unknown router unit 'byte'"):
         ScaleConfig(variant="route", router_unit="byte").resolve(_base(), 1)
 
 
 def test_output_rows_default_to_all_and_a_bad_one_names_its_flag() -> None:
     """Every row of W_out_up trains (the paper's) unless --scale-output-rows names a script."""
-    assert ScaleConfig().resolve(_base(), 1).output_rows == "all"
+    assert ScaleConfig().resolve(_base(), 1).training.output_rows == "all"
     dims = ScaleConfig(output_rows="hangul").resolve(_base(), 1)
-    assert dims.output_rows == "hangul" and ScaleConfig.from_dims(dims).output_rows == "hangul"
+    assert dims.training.output_rows == "hangul" and ScaleConfig.from_dims(dims).output_rows == "hangul"
     with pytest.raises(ScaleConfigError, match=r"^ScaleConfig.output_rows \(--scale-output-rows\): unknown rows 'latin'"):
         ScaleConfig(output_rows="latin").resolve(_base(), 1)
 
@@ -259,7 +258,7 @@ def test_base_backward_skips_wherever_no_w12_exists_and_refuses_skip_with_it() -
         "preserve_full": ScaleConfig(base_backward="full"), "preserve_skip": ScaleConfig(base_backward="skip"),
         "adapt_full": ScaleConfig(variant="adapt", base_backward="full"),
     }
-    got = {name: sc.resolve(_base(), 1).base_backward for name, sc in resolved.items()}
+    got = {name: sc.resolve(_base(), 1).training.base_backward for name, sc in resolved.items()}
     assert got == {"preserve": "skip", "route": "skip", "gate": "skip", "rows": "skip", "adapt": "full",
                    "route_adapt": "full", "preserve_full": "full", "preserve_skip": "skip", "adapt_full": "full"}
     for sc in (ScaleConfig(variant="adapt", base_backward="skip"),
@@ -272,9 +271,9 @@ def test_base_backward_skips_wherever_no_w12_exists_and_refuses_skip_with_it() -
     for sc in (ScaleConfig(), ScaleConfig(base_backward="full"), ScaleConfig(variant="adapt")):
         dims = sc.resolve(_base(), 1)
         assert ScaleDims.from_record(dims.to_record(), where="ckpt") == dims
-        assert ScaleConfig.from_dims(dims).base_backward == dims.base_backward
+        assert ScaleConfig.from_dims(dims).base_backward == dims.training.base_backward
         old = {k: v for k, v in dims.to_record().items() if k != "base_backward"}
-        assert ScaleDims.from_record(old, where="ckpt").base_backward == ("full" if dims.adapt_layers else "skip")
+        assert ScaleDims.from_record(old, where="ckpt").training.base_backward == ("full" if dims.adapt_layers else "skip")
     bad = {**ScaleConfig(variant="adapt").resolve(_base(), 1).to_record(), "base_backward": "skip"}
     with pytest.raises(ScaleConfigError, match=r"^ckpt: --scale-base-backward skip: SCALE-adapt's W12"):
         ScaleDims.from_record(bad, where="ckpt")

@@ -44,7 +44,7 @@ def check_fusable(dims: ScaleDims, where: Any) -> None:
                               f"SCALE's own head; {SERVES} only: export the SCALE model to route (transformers "
                               "generate()), or --preserve-head-only for z_p")
     if dims.gated:
-        raise ConversionError(f"--fused-view: {where} gates W_out_up's term (scale gate {dims.gate_statistic}); "
+        raise ConversionError(f"--fused-view: {where} gates W_out_up's term (scale gate {dims.gate.statistic}); "
                               f"{SERVES} ungated, which is not this model's head: export the SCALE model")
 
 

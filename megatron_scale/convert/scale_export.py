@@ -89,7 +89,7 @@ def scale_hf_config(args: LlamaArgs, dims: ScaleDims, w12: dict[str, list[int]],
         tie_word_embeddings=False, scale_tied_output=args.tied,
         scale_hidden_up=dims.hidden_up, scale_heads_up=dims.heads_up, scale_groups_up=dims.groups_up,
         scale_ffn_up=dims.ffn_up, scale_variant=dims.variant, **dims.router.record("scale_router_"),
-        scale_output_rows=dims.output_rows, **dims.gate.record("scale_gate_"),
+        scale_output_rows=dims.training.output_rows, **dims.gate.record("scale_gate_"),
         scale_w12=sorted([i, m] for m, layers in w12.items() for i in layers), scale_output_head="auto",
     )
     if unit_codes is not None:

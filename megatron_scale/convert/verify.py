@@ -104,7 +104,7 @@ def compare(ckpt_dir: str, folder: str, args: LlamaArgs, method: TrainingMethod,
     (megatron_logits)."""
     ids = sample_tokens(args.vocab_size)
     dims = method.scale_dims
-    per_unit = dims is not None and dims.routed and dims.router_unit != "token" and head in ("auto", "route")
+    per_unit = dims is not None and dims.routed and dims.router.unit != "token" and head in ("auto", "route")
     codes = unit_codes if per_unit else None
     ref = megatron_logits(ckpt_dir, args, method, ids, head, dtype, codes)
     got = hf_logits(folder, ids, trust_remote_code)

@@ -4,7 +4,6 @@ as --load's SCALE checkpoint records it."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -23,7 +22,7 @@ from megatron_scale.model.layers.heads import output_layers, set_unit_codes
 from megatron_scale.model.layers.output_rows import scope_output_rows, script_rows
 from megatron_scale.model.layers.route_units import piece_codes
 from megatron_scale.scale_config import (
-    ROUTER_SETTINGS, TRAINING_SETTINGS, RouterOverride, ScaleConfig, ScaleConfigError, ScaleDims, Variant,
+    RouterOverride, ScaleConfig, ScaleConfigError, ScaleDims, ScaleTraining, Variant,
 )
 from megatron_scale.upscale import load_upscaled
 
@@ -112,10 +111,11 @@ class Scale(TrainingMethod):
         if mine is None:
             return
         try:
-            recorded = ScaleDims.from_record(theirs, where=f"{where}: scale.{entry}").to_record()
+            recorded = ScaleDims.from_record(theirs, where=f"{where}: scale.{entry}").geometry()
+            mine = ScaleDims.from_record(mine, where=f"the model's scale.{entry}").geometry()
         except ScaleConfigError as e:
             raise CheckpointError(str(e)) from e
-        differ = first_difference(mine, recorded, skip=ROUTER_SETTINGS + TRAINING_SETTINGS)
+        differ = first_difference(mine, recorded)
         if differ is not None:
             field_, was, value = differ
             raise CheckpointError(f"{where}: SCALE geometry differs at '{field_}': checkpoint {was!r}, model {value!r}")
@@ -135,7 +135,7 @@ class Scale(TrainingMethod):
             raise ValueError(f"{given_.where}: the checkpoint's SCALE model has variant={dims.variant!r} but --method "
                              f"gives {given_.name!r}")
         recorded = ScaleConfig.from_dims(dims)
-        training = {k: settings.pop(k) for k in TRAINING_SETTINGS if k in settings}  # a flag given overrides
+        training = {k: settings.pop(k) for k in ScaleTraining.keys() if k in settings}  # a flag given overrides
         for name, mine in settings.items():
             theirs = getattr(recorded, name)
             same = sorted(mine) == sorted(theirs) if name in UNORDERED else mine == theirs
@@ -147,10 +147,7 @@ class Scale(TrainingMethod):
             dims.check_base(base, tp)
         except ValueError as e:
             raise ValueError(f"{given_.where}: {e}") from e
-        backward = training.pop("base_backward", None)
-        dims = dataclasses.replace(dims, **training)
-        dims.gate.check()
-        return cls(dims=dims if backward is None else dims.with_base_backward(backward))
+        return cls(dims=dims.with_training(training))
 
     def build(self, cfg: Any, args: LlamaArgs, kernels: Kernels) -> Any:
         return build_scale(cfg, args, kernels, self.dims)
@@ -169,7 +166,7 @@ class Scale(TrainingMethod):
         codes = self.route_codes(tokenizer, vocab, router)
         if codes is not None:
             set_unit_codes(model, codes)
-        scope = self.dims.output_rows
+        scope = self.dims.training.output_rows
         if scope == "all":
             return []
         if tokenizer.path is None:

@@ -182,4 +182,4 @@ def test_route_and_gate_are_refused_naming_the_head_served() -> None:
         check_fusable(dataclasses.replace(dims, variant="route"), "ckpt")
     with pytest.raises(ConversionError, match=r"^--fused-view: ckpt gates W_out_up's term \(scale gate max-prob\); "
                                               r"the fused view serves the adaptation head z_a .* ungated"):
-        check_fusable(dataclasses.replace(dims, gate_statistic="max-prob"), "ckpt")
+        check_fusable(dims.with_training({"gate_statistic": "max-prob"}), "ckpt")

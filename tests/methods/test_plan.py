@@ -77,7 +77,7 @@ def test_base_backward_is_a_training_setting_of_a_scale_checkpoint(data: str) ->
     from tests import _tiny
 
     def fresh(*extra: str) -> str:
-        return plan(parse([*MODEL, "--train-iters", "4", "--data-path", data, *extra]), 1).method.dims.base_backward
+        return plan(parse([*MODEL, "--train-iters", "4", "--data-path", data, *extra]), 1).method.dims.training.base_backward
 
     assert fresh() == "skip" and fresh("--method", "scale-route") == "skip"
     assert fresh("--method", "scale-adapt") == "full" and fresh("--scale-base-backward", "full") == "full"
@@ -90,7 +90,7 @@ def test_base_backward_is_a_training_setting_of_a_scale_checkpoint(data: str) ->
         given = Given(name=name, flags=MethodConfig(name=name, scale=ScaleSettings(base_backward=flag)),
                       arch=_tiny.ARGS, tp=1, sequence_parallel=False, seed=1, records=records, resuming=True,
                       where="--load ckpt")
-        return Scale.plan(given).dims.base_backward
+        return Scale.plan(given).dims.training.base_backward
 
     assert from_checkpoint("preserve", "full", None) == "full"
     assert from_checkpoint("preserve", "full", "auto") == "skip"

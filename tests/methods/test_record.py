@@ -71,7 +71,7 @@ def test_a_load_compares_the_methods_record_with_the_checkpoints(tmp_path: Path)
     lora = Lora(settings=LoraSettings(rank=4, alpha=8.0))
     Full().check_record(records(), tmp_path)
     Scale(dims=dims).check_record(records(dims), tmp_path)
-    Scale(dims=dataclasses.replace(dims, router_tau=0.3)).check_record(records(dims), tmp_path)
+    Scale(dims=dims.with_router(dataclasses.replace(dims.router, tau=0.3))).check_record(records(dims), tmp_path)
     lora.check_record(records(lora={"rank": 4, "alpha": 8.0}), tmp_path)
     refusals = [
         (Full(), records(dims), "holds a SCALE model but the model is a plain GPT model"),

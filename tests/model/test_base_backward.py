@@ -218,7 +218,7 @@ def _tp1_checks(state: dict) -> dict[str, Any]:
     for name, sc in (("adapt", ScaleConfig(variant="adapt")),
                      ("route_adapt", ScaleConfig(variant="route", route_adapt=True))):
         model = _tiny.build_scale(cfg, sc, False, state)
-        res[name] = (model.scale_dims.base_backward, _skip_modules(model))
+        res[name] = (model.scale_dims.training.base_backward, _skip_modules(model))
     lora = build_model(_tiny.args(False), Lora(settings=LoraSettings(rank=2, alpha=4.0, dropout=0.0, seed=1)),
                        _tiny.layout(cfg), _tiny.KERNELS)
     res["lora"] = _skip_modules(lora)

@@ -115,7 +115,7 @@ def test_a_run_from_a_scale_checkpoint_may_change_the_rows(trained: dict) -> Non
 
     base = [*RUN, "--method", "scale-preserve", "--load", str(trained["ckpt"]), "--data-path", trained["ko"],
             "--train-iters", "3", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", trained["tok"]]
-    assert plan(parse(base), 1).method.dims.output_rows == "hangul"
-    assert plan(parse([*base, "--scale-output-rows", "all"]), 1).method.dims.output_rows == "all"
+    assert plan(parse(base), 1).method.dims.training.output_rows == "hangul"
+    assert plan(parse([*base, "--scale-output-rows", "all"]), 1).method.dims.training.output_rows == "all"
     with pytest.raises(FlagError, match="has hidden_up=.* but --scale-hidden-up gives 3"):
         plan(parse([*base, "--scale-hidden-up", "3"]), 1)
