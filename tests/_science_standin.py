@@ -40,7 +40,9 @@ def _recipe() -> None:
         lr, flags = env.get(f"LR_{var}") or env["LR"], env.get(f"TRAIN_FLAGS_{var}", "")
         with (work / "standin.jsonl").open("a") as f:
             f.write(json.dumps({"method": m, "lr": lr, "flags": flags, "seed": seed, "train_iters": iters,
-                                "eval_iterations": evals, "benchmarks": env.get("BENCHMARKS"), "time": time.time()}) + "\n")
+                                "eval_iterations": evals, "benchmarks": env.get("BENCHMARKS"), "time": time.time(),
+                                "demo_corpora": env.get("DEMO_CORPORA"), "en_eval_input": env.get("EN_EVAL_INPUT"),
+                                "extra_eval": env.get("EXTRA_EVAL")}) + "\n")
         run = work / "runs" / (m if seed is None else f"{m}-seed{seed}")
         run.mkdir(parents=True, exist_ok=True)
         rate = RATES.get(m, 0.05) * (2 if float(lr) > 1e-4 else 1)

