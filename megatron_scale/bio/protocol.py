@@ -164,6 +164,17 @@ def _sample(items: list, people: int, per_person: int, limit: int, seed: int) ->
     return [items[i * per_person + j] for i in chosen for j in range(per_person)]
 
 
+def float_path() -> dict[str, Any]:
+    """What decides a CPU stage's floats besides its settings: the kernels torch dispatches to (the
+    host's instruction set), its version and threads. Recorded beside each stage, never compared:
+    the 2026-12-03 controls' pre-training matched the 11-27 run's bitwise and v2's not at all, and
+    only a rerun on another machine (2026-12-04) told the host's instruction set apart as the cause."""
+    import torch
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
 class StageMismatch(ValueError):
     """An --out folder holds a stage made with other settings."""
 
@@ -185,11 +196,15 @@ def stage(path: str, key: dict[str, Any], run: Callable[[], dict[str, Any]], che
             changed = sorted(k for k in key if was[k] != json.loads(json.dumps(key[k])))
             raise StageMismatch(f"{path}: made by a run with other settings ({', '.join(changed)}); use another --out")
         progress(f"  done before: {path}")
+        made, here = doc.get("float_path"), float_path()
+        if made and made.get("cpu_capability") != here["cpu_capability"]:
+            progress(f"  note: {path} was made on {made['cpu_capability']} kernels, this machine runs "
+                     f"{here['cpu_capability']}: the stages after it are not bitwise those of its machine")
         return doc["result"]
     if checkpoint and os.path.exists(checkpoint):
         shutil.rmtree(checkpoint)
     result = run()
-    atomic_write(path, (json.dumps({"settings": key, "result": result}) + "\n").encode("utf-8"))
+    atomic_write(path, (json.dumps({"settings": key, "result": result, "float_path": float_path()}) + "\n").encode("utf-8"))
     return result
 
 
