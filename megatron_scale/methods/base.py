@@ -184,6 +184,11 @@ class TrainingMethod:
                             groups=config.num_query_groups, head_dim=config.kv_channels, ffn=config.ffn_hidden_size)
         return flops.model_flops("full_ft", shape, seq, config.num_layers, vocab)
 
+    def tokenizer_reason(self) -> str | None:
+        """Why this run needs the tokenizer's bytes before its first step (plan.py then refuses a
+        run without --tokenizer-model, before the build), or None: most methods need none."""
+        return None
+
     def check_base_backward(self, asked: str | None) -> None:
         """--scale-base-backward `asked`: skip is for a SCALE model whose base stream has no
         trainable ancestor (Scale refuses it where W12 exists). Every other method trains

@@ -153,7 +153,13 @@ class Scale(TrainingMethod):
         return build_scale(cfg, args, kernels, self.dims)
 
     def check_base_backward(self, asked: str | None) -> None:
-        """Its geometry resolved --scale-base-backward already (ScaleDims.with_base_backward)."""
+        """Its geometry resolved --scale-base-backward already (ScaleDims.with_training)."""
+
+    def tokenizer_reason(self) -> str | None:
+        """Scoped output rows (--scale-output-rows SCRIPT) are read off the tokenizer's bytes."""
+        rows = self.dims.training.output_rows
+        return None if rows == "all" else f"--scale-output-rows {rows} (or the checkpoint's): the rows come from " \
+                                          "the byte-level tokenizer's bytes"
 
     def attach(self, model: Any, tokenizer: Tokens, router: RouterOverride = RouterOverride()) -> list[str]:
         """A Route model gets the tokenizer's per-token codes (route_codes), and a model whose

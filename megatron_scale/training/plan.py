@@ -231,10 +231,9 @@ def _plan(cfg: TrainConfig, world_size: int) -> Plan:
     cfg.schedule.validate(dp)
     cfg.optim.validate(cfg.schedule.train_iters)
     method = build_method(cfg, arch, records, where, resuming)
-    rows = getattr(getattr(method, "dims", None), "output_rows", "all")
-    if rows != "all" and cfg.model.tokenizer_model is None:
-        raise ValueError(f"--scale-output-rows {rows} (or the checkpoint's): the rows come from the byte-level "
-                         "tokenizer's bytes: give --tokenizer-type and --tokenizer-model")
+    needs = method.tokenizer_reason()
+    if needs and cfg.model.tokenizer_model is None:
+        raise ValueError(f"{needs}: give --tokenizer-type and --tokenizer-model")
     cfg.logging.validate(cfg.method.name, method.routes, cfg.schedule.train_iters)
     layers = method.model_layers(arch.num_layers)
     if layers % cfg.parallel.pp:
