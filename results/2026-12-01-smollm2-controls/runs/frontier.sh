@@ -21,6 +21,7 @@ add "vocab-splice-full=$F/splice-full1e-5/splice:full:1e-5:1234"
 add "scale-preserve-hangul-rows-min-width=$F/rows3e-3-min:scale-preserve:3e-3:1234"
 # C4: full fine-tuning at 1e-5 over 384 iterations, at equal tokens with the rows' 384-iteration runs
 add "full-384it=$F/full1e-5-384:full:1e-5:1234"
+add "full-384it=$F/full1e-5-384-s1235:full:1e-5:1235"   # its second seed (2026-12-04)
 R=results/2026-11-29-smollm2-rows-384/runs/fr
 for s in 1234 1235 1236; do add "scale-preserve-hangul-rows-384it=$R/rows3e-3-384-s$s:scale-preserve:3e-3:$s"; done
 "$PYTHON" tools/recipe_frontier.py --out "$OUT" --prior results/2026-11-28-smollm2-frontier-v2 \
