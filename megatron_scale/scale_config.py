@@ -300,9 +300,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
     if cfg.variant not in VARIANTS:
         raise fail("variant", f"unknown variant {cfg.variant!r}; choose one of {', '.join(VARIANTS)}")
     router = cfg.router.check("--scale-router-")
-    if cfg.output_rows not in OUTPUT_ROWS:
-        raise fail("output_rows", f"unknown rows {cfg.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
-    gate = cfg.gate.check()
+    training = ScaleTraining(output_rows=cfg.output_rows, gate=cfg.gate).check()
     if cfg.init not in INITS:
         raise fail("init", f"unknown init {cfg.init!r}; choose one of {', '.join(INITS)}")
     check_architecture(base)
@@ -357,7 +355,7 @@ def _resolve(cfg: ScaleConfig, base: object, tp: int) -> ScaleDims:
         adapt_layers=frozenset(adapt_layers) if collaborate else frozenset(),
         adapt_modules=frozenset(cfg.adapt_modules) if collaborate else frozenset(),
         router=router,
-        training=ScaleTraining(output_rows=cfg.output_rows, gate=gate),
+        training=training,
         seed=cfg.seed,
     ).with_base_backward(cfg.base_backward)
     for note in size_notes(cfg, dims, tp):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from megatron_scale.scale_checks import (
-    BASE_BACKWARDS, GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError,
+    GATE_STATISTICS, OUTPUT_ROWS, ROUTER_DIRECTIONS, ROUTER_STATISTICS, ROUTER_UNITS, ScaleConfigError, fail,
 )
 
 Flags = str | Callable[[str], str]
@@ -163,12 +163,9 @@ class ScaleTraining:
         return tuple(cls().record())
 
     def check(self) -> ScaleTraining:
-        """These settings (checked: one ScaleConfigError naming the --scale-* flag of the first
-        setting that is not usable)."""
+        """The output rows and the gate (checked: one ScaleConfigError naming the --scale-* flag of
+        the first that is not usable). base_backward is checked where it is resolved on a geometry
+        (scale_checks.resolve_base_backward)."""
         if self.output_rows not in OUTPUT_ROWS:
-            raise ScaleConfigError(f"--scale-output-rows: unknown rows {self.output_rows!r}; "
-                                   f"choose one of {', '.join(OUTPUT_ROWS)}")
-        if self.base_backward not in BASE_BACKWARDS:
-            raise ScaleConfigError(f"--scale-base-backward: unknown {self.base_backward!r}; "
-                                   f"choose one of {', '.join(BASE_BACKWARDS)}")
+            raise fail("output_rows", f"unknown rows {self.output_rows!r}; choose one of {', '.join(OUTPUT_ROWS)}")
         return dataclasses.replace(self, gate=self.gate.check())

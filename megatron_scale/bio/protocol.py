@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from megatron_scale.bio import corpus, evaluate, router
 from megatron_scale.bio.eval_plan import EvalPlan
 from megatron_scale.bio.people import generate_people
@@ -169,8 +171,6 @@ def float_path() -> dict[str, Any]:
     host's instruction set), its version and threads. Recorded beside each stage, never compared:
     the 2026-12-03 controls' pre-training matched the 11-27 run's bitwise and v2's not at all, and
     only a rerun on another machine (2026-12-04) told the host's instruction set apart as the cause."""
-    import torch
-
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
 
