@@ -181,8 +181,16 @@ def te_fused_step() -> Check:
     want = {"TN": x @ w.t(), "NN": dy @ w, "NT": dy.t() @ x}
     errs = [float((got[k].float() - want[k].float()).abs().max() / want[k].float().abs().max()) for k in want]
     errs.append(float((acc - (dy.float().t() @ x.float())).abs().max() / acc.abs().max()))
+    # the planar stream's calls (planar.py): a TN GEMM into a buffer's first plane, a norm into a given ln_out
+    planar = torch.empty(32 * 48 + 32 * 16, device=dev, dtype=bf)
+    ops.general_gemm(w, x, out_dtype=bf, layout="TN", out=planar[:32 * 48].view(32, 48), accumulate=False)
+    errs.append(float((planar[:32 * 48].view(32, 48).float() - want["TN"].float()).abs().max()
+                      / want["TN"].float().abs().max()))
     ln, _, rs = ops.rmsnorm_fwd(x, gamma, 1e-5, None, None, ops.TE_DType[bf], 0, False)
     errs.append(float((ln.float() - F.rms_norm(x.float(), (64,), gamma.float(), 1e-5)).abs().max()))
+    into = torch.empty(2 * 32 * 64, device=dev, dtype=bf)[32 * 64:].view(32, 64)
+    ops.rmsnorm_fwd(x, gamma, 1e-5, into, None, ops.TE_DType[bf], 0, False)
+    errs.append(float((into.float() - ln.float()).abs().max()))
     dx, dgamma = ops.rmsnorm_bwd(x, x, rs, gamma, 0, False)
     y = torch.randn(32, 128, device=dev, dtype=bf, generator=g)
     a = ops.swiglu(y, None)
@@ -193,7 +201,8 @@ def te_fused_step() -> Check:
     shapes = dx.shape == x.shape and dgamma.shape == gamma.shape and da.shape == y.shape
     ok = shapes and max(errs) < 0.05
     return Check("te fused calls", "ok" if ok else "fail",
-                 f"general_gemm TN/NN/NT(+accumulate), rmsnorm_fwd/bwd, swiglu/dswiglu; max rel err {max(errs):.3g}")
+                 f"general_gemm TN/NN/NT(+accumulate, +into a plane), rmsnorm_fwd(+into ln_out)/bwd, swiglu/dswiglu; "
+                 f"max rel err {max(errs):.3g}")
 
 
 def graphs_step() -> Check:

@@ -172,6 +172,7 @@ class ScaleGPTModel(mc.GPTModel):
         vocab_size: int,
         max_sequence_length: int,
         tied_embeddings: bool,
+        planar: bool = False,
         **gpt_kwargs: Any,
     ) -> None:
         super().__init__(
@@ -183,12 +184,13 @@ class ScaleGPTModel(mc.GPTModel):
             **gpt_kwargs,
         )
         self.scale_dims = dims
+        self.planar = planar  # the residual stream planar (model/layers/planar.py; ScaleBackend.planar)
         tp_group = self.pg_collection.tp
         if self.pre_process:
             old = self.embedding.word_embeddings
             self.embedding.word_embeddings = ScaleVocabParallelEmbedding(
                 vocab_size, dims.hidden, dims.hidden_up, config=config, tp_group=tp_group,
-                reduce_scatter_embeddings=old.reduce_scatter_embeddings,
+                reduce_scatter_embeddings=old.reduce_scatter_embeddings, planar=planar,
             )
             self.embedding.word_embeddings.weight.is_embedding_or_output_parameter = True
         if self.post_process:
@@ -199,7 +201,7 @@ class ScaleGPTModel(mc.GPTModel):
                 # as it has no gradient.
                 tied=tied_embeddings and self.pre_process,
                 gather_output=not self.parallel_output, router=dims.router,
-                routed=dims.routed, gate=dims.gate, skip_base_grad=dims.skip_base_backward,
+                routed=dims.routed, gate=dims.gate, skip_base_grad=dims.skip_base_backward, planar=planar,
             )
 
     def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, decoder_input: Any = None,
@@ -207,6 +209,10 @@ class ScaleGPTModel(mc.GPTModel):
         """GPTModel.forward; the labels also reach the output layer, whose router decides per
         character or word of the predicted tokens when its unit says so (route_units.py).
         `route_labels`: the tokens predicted, for the router only (the logits are returned)."""
+        if self.planar and kwargs.get("inference_context") is not None:
+            raise ValueError("--scale-te-linear fused holds the stream planar, which megatron-core's inference "
+                             "(last-token slicing, KV caches) does not know: decode with --scale-te-linear modules "
+                             "or the local backend (the checkpoint is the same)")
         if self.post_process:
             self.output_layer.unit_labels = labels if route_labels is None else route_labels
         try:
@@ -243,5 +249,5 @@ def build_scale_gpt(
     spec = get_scale_block_spec(dims, config, backend, vp_stage=vp_stage, pp_rank=pp_rank)
     return ScaleGPTModel(
         dims, config, spec, vocab_size=vocab_size, max_sequence_length=max_sequence_length,
-        tied_embeddings=tied_embeddings, vp_stage=vp_stage, **gpt_kwargs,
+        tied_embeddings=tied_embeddings, planar=backend.planar, vp_stage=vp_stage, **gpt_kwargs,
     )

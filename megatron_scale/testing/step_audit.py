@@ -59,6 +59,21 @@ _SKIP = {__file__, __file__.replace("testing/step_audit.py", "cpu_backend.py"),
 """Frames that only pass calls through (the CPU backend maps torch calls to the host)."""
 
 
+_uncounted = [0]
+"""Depth of `kernel_writes` regions."""
+
+
+@contextmanager
+def kernel_writes() -> Iterator[None]:
+    """Copies made here stand for a kernel writing its result where it was told (a test stand-in
+    of a fused kernel's `out=`): not counted, since the kernel itself copies nothing."""
+    _uncounted[0] += 1
+    try:
+        yield
+    finally:
+        _uncounted[0] -= 1
+
+
 def _caller() -> str:
     """Who asked for the op: the backward node running it (autograd's own ops name no Python
     frame of their own), else the innermost frame outside torch and the pass-through files."""
@@ -108,7 +123,7 @@ class _AuditMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         name = _name(func)
-        if name in COPY_OPS:
+        if name in COPY_OPS and not _uncounted[0]:
             # In-place fills and copies write their first argument, an indexed write its values;
             # the others their result.
             if name in ("index_put_", "_index_put_impl_", "index_put", "masked_scatter_"):

@@ -12,7 +12,7 @@ its layouts TN / NN / NT), `rmsnorm_fwd` / `rmsnorm_bwd`, `swiglu` / `dswiglu`
 (`functional.calls`: its name, operand shapes, layout, accumulate, whether an output was given)
 and refused, as an AssertionError, where TE would read memory wrongly: a non-contiguous operand
 (TE's C++ takes a pointer and a shape). The stand-ins write no copies of their own (the step audit
-counts the caller's), and compute as the local path does (torch.matmul; F.rms_norm), so a
+counts the caller's; rmsnorm_fwd's write into a given ln_out is TE's kernel's, `kernel_writes`), and compute as the local path does (torch.matmul; F.rms_norm), so a
 composition that hands them the base model's operands gets the base model's bits.
 Nothing about TE itself is learned from it; the `gpu` tests run the real one.
 """
@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from megatron_scale.testing.step_audit import kernel_writes
 
 
 class Linear(nn.Module):
@@ -94,7 +96,7 @@ class _Functional:
         """TN: B A^T (forward, A the weight); NN: B A (dgrad); NT: B^T A (wgrad, A the input)."""
         call = self._record("general_gemm", A=A, B=B, out=out)
         call.update(layout=layout, accumulate=accumulate, out_given=out is not None, grad=grad,
-                    quantized=quantization_params is not None)
+                    out_offset=None if out is None else out.storage_offset(), quantized=quantization_params is not None)
         if bias is not None or gelu or quantization_params is not None or alpha != 1.0:
             raise AssertionError("TE stand-in: SCALE's GEMMs take no bias, GELU, output quantizer or alpha")
         if accumulate and out is None:
@@ -117,11 +119,18 @@ class _Functional:
 
     def rmsnorm_fwd(self, inp: torch.Tensor, weight: torch.Tensor, eps: float, ln_out: Any, quantizer: Any,
                     otype: Any, sm_margin: int, zero_centered_gamma: bool) -> list[Any]:
-        self._record("rmsnorm_fwd", input=inp, weight=weight)
-        if ln_out is not None or quantizer is not None or zero_centered_gamma:
-            raise AssertionError("TE stand-in: SCALE's norm takes no ln_out, quantizer or zero-centred gamma")
+        self._record("rmsnorm_fwd", input=inp, weight=weight, ln_out=ln_out)
+        if quantizer is not None or zero_centered_gamma:
+            raise AssertionError("TE stand-in: SCALE's norm takes no quantizer or zero-centred gamma")
         rsigma = torch.rsqrt(inp.float().pow(2).mean(-1) + eps)
-        return [F.rms_norm(inp, (inp.shape[-1],), weight, eps), None, rsigma]
+        z = F.rms_norm(inp, (inp.shape[-1],), weight, eps)
+        if ln_out is None:
+            return [z, None, rsigma]
+        if ln_out.shape != inp.shape or ln_out.dtype != z.dtype:
+            raise AssertionError(f"TE stand-in: ln_out {tuple(ln_out.shape)} {ln_out.dtype} for {tuple(inp.shape)} {z.dtype}")
+        with kernel_writes():  # TE's kernel writes its output there: the stand-in's copy is not the caller's
+            ln_out.copy_(z)
+        return [ln_out, None, rsigma]
 
     def rmsnorm_bwd(self, dz: torch.Tensor, x: torch.Tensor, rsigma: torch.Tensor, gamma: torch.Tensor,
                     sm_margin: int, zero_centered_gamma: bool) -> list[torch.Tensor]:

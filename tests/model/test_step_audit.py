@@ -8,20 +8,25 @@ Copies scale with tokens x widths, so the ratios are those of the 1B shape up to
 share of the embedding, the output layer and the final norm. Bytes are counted, never timed.
 
 What this finds (and holds):
-- te_linear.py's composition (--scale-te-linear modules, today's TE path) moves 4.3x full
+- te_linear.py's composition (--scale-te-linear modules, today's TE path) moves 4.27x full
   fine-tuning's bytes: its sliced inputs made contiguous, the interleaved outputs concatenated and
   the slices' zero-filled gradients (the H200 profile's +19 ms of copies). The audit fails it at
   the budget te_fused.py meets.
-- te_fused.py's composition moves 1.97x full fine-tuning's: every byte of its own is listed
-  (`_fused_copies`): each norm splits the residual into its contiguous halves and joins their
-  gradients; qkv's and each row linear's outputs are joined into megatron-core's layouts (TE's GEMM
-  takes no leading dimension) and their gradients split back; proj copies its base heads. That is
-  the floor while megatron-core's attention and residual stream hold [x; x_up] as one tensor, so
-  the issue's 1.15x is not reached: `test_the_issue_target_1p15x` records the gap (strict xfail).
+- te_fused.py's composition moves 1.12x full fine-tuning's, within the issue's 1.15x: the residual
+  stream is planar (planar.py: all tokens' x, then all tokens' x_up, in one tensor), so every norm
+  reads its halves as views and every row linear writes y and y_up straight into them. Its own
+  bytes are listed (`_fused_copies`): each norm backward joins its two gradients into the planar
+  gradient (TE's rmsnorm_bwd takes no output), query, key and value each put the base and the new
+  heads side by side (megatron-core's attention reads one tensor each), proj copies its base heads
+  for the base GEMM's operand, and the embedding, the output layer and the final norm's backward
+  join or split the planes once each. The rest is megatron-core's, as in full fine-tuning
+  (unfused RoPE's concatenations, the split of query, key and value), wider by the new heads.
 - The local path (fused.py) moves 2.97x: its interleaved outputs copied into place, the split
-  norm's concatenation and its slices' zero-filled gradients.
+  norm's concatenation and its slices' zero-filled gradients. It does not hold the stream planar,
+  so the issue's 1.15x is not reached there (`test_the_local_path_at_1p15x`, a strict xfail).
 - These three are measured at --scale-base-backward full (the backward te64 built for). The skip,
-  issue 62's default, adds copies (`test_the_skip_copies_measured`): 2.18x on TE, 3.60x local.
+  issue 62's default, saves FLOPs, not copies (`test_the_skip_copies_measured`): 1.54x on TE,
+  3.60x local.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ import pytest
 from tests._dist import run_ranks
 
 D, HEADS, GROUPS, FFN, SEQ, VOCAB, LAYERS = 256, 8, 2, 1024, 64, 512, 2
-BUDGET = 2.0
-"""te_fused Preserve's copy bytes over full fine-tuning's (the floor above: 1.97x)."""
+BUDGET = 1.15
+"""Preserve's copy bytes over full fine-tuning's: the issue's target (te_fused: 1.12x)."""
 
 
 def _methods(args: Any) -> dict[str, Any]:
@@ -107,11 +112,16 @@ def audit() -> dict[str, Any]:
 
 
 def _fused_copies(dims: dict[str, int]) -> int:
-    """te_fused.py's own bytes per step (fp32, every layer, forward and backward), by construction."""
+    """te_fused.py's and planar.py's own bytes per step (fp32, forward and backward), by construction."""
     w, qkv, heads = dims["width"], dims["qkv"], dims["heads"]
-    per_token = (2 * w + qkv + heads + 2 * w) + (qkv + 2 * w + 2 * w)
-    #            norm splits, qkv join, proj's base heads, row joins | qkv split, norm joins, row splits
-    return per_token * SEQ * LAYERS * 4
+    per_layer = 2 * w + qkv + heads  # two norm backwards' joins, q/k/v side by side, proj's base heads
+    once = 3 * w  # the embedding's join, the output layer's split backward, the final norm backward's join
+    return (per_layer * LAYERS + once) * SEQ * 4
+
+
+OWN = ("te_fused.py", "planar.py", "_NormColumnBackward", "_RowBackward", "_SwiGLUPairBackward", "_PlanesBackward",
+       "_JoinBackward", "_PlanarNormBackward")
+"""Copy sites of the one-node composition's own code (its files and its autograd nodes)."""
 
 
 def test_no_method_syncs_the_host_inside_its_step(audit: dict[str, Any]) -> None:
@@ -123,8 +133,7 @@ def test_no_method_syncs_the_host_inside_its_step(audit: dict[str, Any]) -> None
 
 def test_te_fused_copies_are_its_listed_ones_and_within_budget(audit: dict[str, Any]) -> None:
     fused, full = audit["te_fused"], audit["full"]
-    own = sum(v for k, v in fused["sites"].items() if "te_fused.py" in k or "_NormColumnBackward" in k
-              or "_RowBackward" in k or "_SwiGLUPairBackward" in k)
+    own = sum(v for k, v in fused["sites"].items() if any(o in k for o in OWN))
     assert own == _fused_copies(audit["dims"]), fused["summary"]
     assert fused["bytes"] <= BUDGET * full["bytes"], (fused["bytes"] / full["bytes"], fused["summary"])
 
@@ -138,31 +147,32 @@ def test_the_audit_fails_te_linear_at_that_budget(audit: dict[str, Any]) -> None
 
 
 def test_the_local_path_copies_measured(audit: dict[str, Any]) -> None:
-    """fused.py (skip62's and the local path's files): 2.97x today; te_fused's way of joining only
-    what megatron-core's layouts need would bring it near te_fused's."""
+    """fused.py (skip62's and the local path's files): 2.97x today; te_fused's planar stream
+    (planar.py) would bring it near te_fused's."""
     local, full = audit["scale-preserve"], audit["full"]
     assert 2.5 * full["bytes"] < local["bytes"] < 3.5 * full["bytes"], local["summary"]
 
 
-@pytest.mark.xfail(strict=True, reason="the residual stream [x; x_up] is one tensor in megatron-core's layer: "
-                   "the norms' splits and the layouts' joins stay (module docstring), 1.97x on TE, 2.97x local")
-def test_the_issue_target_1p15x(audit: dict[str, Any]) -> None:
-    full = audit["full"]["bytes"]
-    assert audit["te_fused"]["bytes"] <= 1.15 * full and audit["scale-preserve"]["bytes"] <= 1.15 * full
+@pytest.mark.xfail(strict=True, reason="the local path (fused.py) holds the stream token-major: its interleaved "
+                   "outputs, the split norm's concatenation and the slices' zero-fills stay, 2.97x")
+def test_the_local_path_at_1p15x(audit: dict[str, Any]) -> None:
+    assert audit["scale-preserve"]["bytes"] <= 1.15 * audit["full"]["bytes"]
 
 
 def test_the_skip_copies_measured(audit: dict[str, Any]) -> None:
-    """The skip (issue 62, the default) saves FLOPs, not copies: it adds split_attention.py's base
-    heads copied apart and joined back, the norms' and gemms' zero-filled base gradients, and TE's
-    norm and row backwards trade their joins for fills. Measured: te_fused 2.18x full fine-tuning's
-    bytes (1.11x its full backward's), the local path 3.60x (1.21x)."""
+    """The skip (issue 62, the default) saves FLOPs, not copies: split_attention.py copies the new
+    heads apart and joins the base heads' output back, and the base halves' gradients are zeros
+    written where the full backward wrote results (the norms', the row linears'; the local path's
+    gemms), and proj's W22 made contiguous for its dgrad. Measured: te_fused 1.54x full fine-tuning's bytes (1.37x its full backward's), the
+    local path 3.60x (1.21x)."""
     full = audit["full"]["bytes"]
-    for name, skip_name in (("te_fused", "te_fused_skip"), ("scale-preserve", "scale-preserve-skip")):
+    for name, skip_name, bound in (("te_fused", "te_fused_skip", 1.45), ("scale-preserve", "scale-preserve-skip", 1.25)):
         with_full, skip = audit[name], audit[skip_name]
-        assert with_full["bytes"] < skip["bytes"] < 1.25 * with_full["bytes"], (name, skip["summary"])
+        assert with_full["bytes"] < skip["bytes"] < bound * with_full["bytes"], (name, skip["summary"])
         grew = {k for k in set(skip["sites"]) | set(with_full["sites"])
                 if skip["sites"].get(k, 0) > with_full["sites"].get(k, 0)}
-        assert all("split_attention.py" in k or "norm.py" in k or k.startswith(("zero_", "copy_", "slice_backward"))
+        assert all("split_attention.py" in k or "norm.py" in k or "_NewHeadsBackward" in k
+                   or k.startswith(("zero_", "copy_", "slice_backward")) or k == "clone at backward of _RowBackward"
                    for k in grew), (name, grew)
         assert any("split_attention.py" in k for k in grew), (name, grew)
-    assert audit["te_fused_skip"]["bytes"] <= 2.25 * full
+    assert audit["te_fused_skip"]["bytes"] <= 1.6 * full

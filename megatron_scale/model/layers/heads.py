@@ -35,6 +35,7 @@ from megatron_scale import _mcore as mc
 from megatron_scale.scale_config import Gate, Router, RouterOverride, ScaleDims
 from megatron_scale.model.layers.gate import gate as gate_of
 from megatron_scale.model.layers.partition import column_input, dp_group, param_device
+from megatron_scale.model.layers.planar import join_planes, split_planes
 from megatron_scale.model.layers.route_units import unit_starts
 from megatron_scale.model.layers.routing import route
 
@@ -80,10 +81,11 @@ class ScaleVocabParallelEmbedding(_VocabParallel):
 
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
-        reduce_scatter_embeddings: bool = False,
+        reduce_scatter_embeddings: bool = False, planar: bool = False,
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.reduce_scatter_embeddings = reduce_scatter_embeddings
+        self.planar = planar
         self.weight = _table(self.vocab_local, base_dim, config, trainable=False)
         self.weight_up = _table(self.vocab_local, up_dim, config, trainable=True)
         self.weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
@@ -94,7 +96,9 @@ class ScaleVocabParallelEmbedding(_VocabParallel):
             mask = (input_ < self.vocab_start_index) | (input_ >= self.vocab_end_index)
             ids = (input_ - self.vocab_start_index).masked_fill(mask, 0)
         else:
-            ids = input_
+            ids, mask = input_, None
+        if self.planar:
+            return self._planar(ids, mask)
         out = torch.cat((F.embedding(ids, self.weight), F.embedding(ids, self.weight_up)), dim=-1)
         if self.tp_size == 1:
             return out
@@ -103,6 +107,22 @@ class ScaleVocabParallelEmbedding(_VocabParallel):
             out = out.transpose(0, 1).contiguous()
             return mc.reduce_scatter_to_sequence_parallel_region(out, group=self.tp_group)
         return mc.reduce_from_tensor_model_parallel_region(out, group=self.tp_group)
+
+    def _planar(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The stream planar (planar.py) in [s, b] token order, returned as its [b, s, ..] transpose:
+        megatron-core's embedding transposes it back, a view, its .contiguous() no copy. Under
+        sequence parallelism each plane is reduce-scattered, then the two joined ([s/tp, b, ..])."""
+        sb = ids.t()
+        x, x_up = F.embedding(sb, self.weight), F.embedding(sb, self.weight_up)
+        if mask is not None:
+            x, x_up = (t.masked_fill(mask.t().unsqueeze(-1), 0.0) for t in (x, x_up))
+            if self.reduce_scatter_embeddings:
+                x, x_up = (mc.reduce_scatter_to_sequence_parallel_region(t, group=self.tp_group) for t in (x, x_up))
+                return join_planes(x, x_up)
+        out = join_planes(x, x_up)
+        if mask is not None:
+            out = mc.reduce_from_tensor_model_parallel_region(out, group=self.tp_group)
+        return out.transpose(0, 1)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
         return self._vocab_sharded(prefix, {"weight": self.weight, "weight_up": self.weight_up}, sharded_offsets, metadata)
@@ -118,10 +138,11 @@ class ScaleOutputLayer(_VocabParallel):
     def __init__(
         self, vocab: int, base_dim: int, up_dim: int, *, config: Any, tp_group: Any = None,
         tied: bool, gather_output: bool, router: Router = Router(), routed: bool = False, gate: Gate = Gate(),
-        skip_base_grad: bool = False,
+        skip_base_grad: bool = False, planar: bool = False,
     ) -> None:
         super().__init__(vocab, config, tp_group)
         self.base_dim = base_dim
+        self.planar = planar  # the stream it reads is planar (planar.py)
         self.skip_base_grad = skip_base_grad
         self.gather_output = gather_output
         self.sequence_parallel = config.sequence_parallel
@@ -164,18 +185,15 @@ class ScaleOutputLayer(_VocabParallel):
         base_w = self.weight if weight is None else weight
         if base_w is None:
             raise ValueError("tied ScaleOutputLayer needs the embedding weight passed to forward")
-        d = self.base_dim
-        h = column_input(hidden, self.tp_size, self.sequence_parallel, self.tp_group,
-                         d if self.skip_base_grad else None)
+        h_base, h_up = self._features(hidden)
         head = self.head
         if head == "auto":
             head = "route" if self.routed and not self.training else "adapt"
-        h_base = h[..., :d].detach() if self.skip_base_grad else h[..., :d]
         z_p = torch.matmul(h_base, base_w.t())
         if head == "preserve":
             logits = z_p
         else:
-            z_up = torch.matmul(h[..., d:], self.weight_up.t())
+            z_up = torch.matmul(h_up, self.weight_up.t())
             if self.gate.enabled:
                 z_up = z_up * gate_of(z_p, self.gate, self.tp_group if self.tp_size > 1 else None)
             z_a = z_p + z_up
@@ -192,6 +210,16 @@ class ScaleOutputLayer(_VocabParallel):
         if gather and self.tp_size > 1:
             logits = mc.gather_from_tensor_model_parallel_region(logits, group=self.tp_group)
         return logits, None
+
+    def _features(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, h_up) of every token this rank's vocabulary slice scores; h without autograd under
+        the skip (the base stream's backward: no dgrad of W_out)."""
+        d, tp, sp, group = self.base_dim, self.tp_size, self.sequence_parallel, self.tp_group
+        if self.planar:
+            x, x_up = split_planes(hidden, d)
+            return column_input(x.detach() if self.skip_base_grad else x, tp, sp, group), column_input(x_up, tp, sp, group)
+        h = column_input(hidden, tp, sp, group, d if self.skip_base_grad else None)
+        return (h[..., :d].detach() if self.skip_base_grad else h[..., :d]), h[..., d:]
 
     def _unit_starts(self) -> torch.Tensor | None:
         """[s, b] where the label's unit starts (None: every token decides alone)."""

@@ -1,5 +1,6 @@
 """The SCALE layer spec: megatron-core's own TransformerLayer, SelfAttention and MLP, with the
-linears and norms swapped for upscaled ones. No layer class is edited or subclassed.
+linears and norms swapped for upscaled ones. No layer class is edited; te_fused.py subclasses
+SelfAttention (one method) and MLP (its forward) to read its linears' two outputs apart.
 
 Each layer gets its own spec because the upscaled linears carry their block split, and Adapt
 decides per layer and per module whether W12 exists. With pipeline parallelism the block spec
@@ -8,8 +9,9 @@ holds only this stage's layers, numbered globally for the Adapt choice.
 `ScaleBackend` names the four swappable parts: `LOCAL` (the fused local linears, every CPU run)
 is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py);
 `te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py; with linear="fused" te_fused.py:
-one TE node per upscaled linear, the split norms inside qkv and fc1, the MLP's SwiGLU on each half)
-and TE's attention, with the same partition logic and checkpoint entries.
+one TE node per upscaled linear, the split norms inside qkv and fc1, the MLP's SwiGLU on each half,
+query, key and value from qkv's two outputs, the residual stream planar: planar.py) and TE's
+attention, with the same partition logic and checkpoint entries.
 
 The base stream's backward (--scale-base-backward, ScaleDims.skip_base_backward): every SCALE
 module takes the keyword `skip_base_grad`, bound here like `split`; where it is on, core attention
@@ -45,6 +47,13 @@ class ScaleBackend:
     norm_in_linear: bool = False
     """The split norms live inside linear_qkv / linear_fc1 (te_fused.py), as megatron-core's TE spec
     fuses its norms into TELayerNormColumnParallelLinear: the layer's own norms are IdentityOp."""
+    attention: type = mc.SelfAttention
+    """The self-attention module (te_fused.py's ScaleTESelfAttention takes qkv's two outputs apart)."""
+    final_norm: type | None = None
+    """The block's final norm (None: `norm`)."""
+    planar: bool = False
+    """The residual stream is held planar (model/layers/planar.py): the embedding writes it so and the
+    output layer reads it so (te_fused.py's linears and final norm read and write it so)."""
     wgrad_fusion: bool = False
     """The linears accumulate weight gradients into main_grad themselves (TE's
     fuse_wgrad_accumulation), whatever TransformerConfig.gradient_accumulation_fusion says:
@@ -76,7 +85,8 @@ def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False
 
         return ScaleBackend(column_linear=te_fused.ScaleTENormColumnLinear, row_linear=te_fused.ScaleTERowParallelLinear,
                             mlp=te_fused.ScaleTEMLP, norm_in_linear=True, core_attention=attention,
-                            wgrad_fusion=wgrad_fusion)
+                            attention=te_fused.ScaleTESelfAttention, final_norm=te_fused.ScaleTEFinalNorm,
+                            planar=True, wgrad_fusion=wgrad_fusion)
     from megatron_scale.model.layers.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
 
     return ScaleBackend(
@@ -121,7 +131,7 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     if skip:
         attend = partial(BaseHeadsApart, inner=attend, base_heads=dims.heads, base_groups=dims.groups)
     attention = mc.ModuleSpec(
-        module=mc.SelfAttention,
+        module=backend.attention,
         params={"attn_mask_type": mc.AttnMaskType.causal},
         submodules=mc.SelfAttentionSubmodules(
             linear_qkv=partial(backend.column_linear, split=s["qkv"], **kw),
@@ -168,7 +178,8 @@ def get_scale_block_spec(
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
     return mc.TransformerBlockSubmodules(
         layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)],
-        layer_norm=partial(backend.norm, base_hidden=dims.hidden, skip_base_grad=dims.skip_base_backward),
+        layer_norm=partial(backend.final_norm or backend.norm, base_hidden=dims.hidden,
+                           skip_base_grad=dims.skip_base_backward),
     )
 
 

@@ -40,6 +40,23 @@ def _heads(t: torch.Tensor, start: int, count: int) -> torch.Tensor:
     return t.narrow(-2, start, count).contiguous()
 
 
+class _NewHeads(torch.autograd.Function):
+    """The new heads of query, key and value ([.., heads, d]; from heads h, groups g on), each
+    contiguous, as one autograd node (where narrow and contiguous would be two per tensor); the
+    backward places each gradient after zeros for the base heads, as a slice's backward does."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, h: int, g: int) -> Any:
+        ctx.meta = [(t.shape, s) for t, s in ((q, h), (k, g), (v, g))]
+        return tuple(_heads(t, s, t.shape[-2] - s) for t, s in ((q, h), (k, g), (v, g)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        dims = [torch.ops.aten.slice_backward(gr, shape, gr.dim() - 2, s, shape[-2], 1)
+                for gr, (shape, s) in zip(grads, ctx.meta, strict=True)]
+        return (*dims, None, None)
+
+
 class BaseHeadsApart(nn.Module):
     """Core attention over [base heads; new heads] as two calls, the base one without autograd.
 
@@ -95,8 +112,8 @@ class BaseHeadsApart(nn.Module):
               **kwargs}
         with torch.no_grad():
             base = self.base(_heads(query, 0, h), _heads(key, 0, g), _heads(value, 0, g), attention_mask, **kw)
-        new = self.new(_heads(query, h, self.new_heads_local), _heads(key, g, self.new_groups_local),
-                       _heads(value, g, self.new_groups_local), attention_mask, **kw)
+        q_new, k_new, v_new = _NewHeads.apply(query, key, value, h, g)
+        new = self.new(q_new, k_new, v_new, attention_mask, **kw)
         return torch.cat((base, new), dim=-1)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:

@@ -21,14 +21,18 @@ or three te.Linear modules and autograd's slices, concatenations and zero-fills 
 - The MLP (ScaleTEMLP) runs TE's SwiGLU on each half and hands fc2 the pair (a, a_up): the
   interleaved fc1 output [gate, gate_up, up, up_up] of the local path never exists.
 - proj keeps [W21 W22] as one weight over its whole (contiguous) input, copying only the base heads
-  for the base GEMM's operand.
+  for the base GEMM's operand; the block's final norm (ScaleTEFinalNorm) is TE's rmsnorm on each
+  plane, writing the planes of its output in place.
 - TP/SP communication stays linear.py's, inside the node: one gather (or none) of the normalised
   halves, and row-parallel y and y_up reduced apart (the base's reduction is the base model's).
 
-What stays copied: each norm splits the residual [x; x_up] into its two contiguous halves (and the
-backward joins their gradients), each output is joined into the [y; y_up] layout megatron-core's
-attention and residual stream read (TE's GEMM takes no leading dimension), and the gradient of such
-an output is split back. tests/model/test_step_audit.py counts them.
+The residual stream is planar (planar.py: all tokens' x, then all tokens' x_up): each norm reads
+its halves as views, each row linear writes y and y_up straight into the planes of a fresh stream
+(reduced in place; under SP reduce-scattered, then joined), and ScaleTESelfAttention takes query,
+key and value from qkv's (y, y_up) without ever building [y; y_up]. What stays copied: each norm
+backward joins its halves' gradients (TE's rmsnorm_bwd writes no given output), query, key and
+value each set the base and new heads side by side, and proj's base heads for the base GEMM.
+tests/model/test_step_audit.py counts them (1.12x full fine-tuning's bytes).
 
 `skip_base_grad` (Preserve only: the base stream then feeds no trainable parameter): no dgrad into
 the base features, neither W^T dy nor W21^T dy_up, and no backward of the base norm; every
@@ -59,6 +63,8 @@ from megatron_scale.model.layers.partition import (
     expansion_sharded_state_dict,
     param_device,
 )
+from megatron_scale.model.layers.norm import SplitRMSNorm
+from megatron_scale.model.layers.planar import join, planes
 from megatron_scale.model.layers.te import te_functional
 from megatron_scale.model.weights.keys import W12, W21, W22
 
@@ -74,12 +80,14 @@ class _Call:
     skip: bool  # skip_base_grad
     fuse: bool  # weight gradients into main_grad
     eps: float = 0.0
-    assemble: bool = True  # column: return [y; y_up] joined (qkv), else the pair (fc1)
 
 
-def _fwd(c: _Call, w: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """y (+)= x W^T: TE's forward GEMM (layout TN), a fresh output unless accumulating."""
-    return c.ops.general_gemm(w, x, out_dtype=x.dtype, layout="TN", out=out, accumulate=out is not None)[0]
+def _fwd(c: _Call, w: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None, *,
+         accumulate: bool | None = None) -> torch.Tensor:
+    """y (+)= x W^T: TE's forward GEMM (layout TN); into `out` (accumulating, unless told not to)
+    or a fresh output."""
+    acc = out is not None if accumulate is None else accumulate
+    return c.ops.general_gemm(w, x, out_dtype=x.dtype, layout="TN", out=out, accumulate=acc)[0]
 
 
 def _dgrad(c: _Call, w: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,14 +131,13 @@ def _tokens(lead: torch.Size, c: _Call, gathered: bool) -> tuple[int, ...]:
 
 
 class _NormColumn(torch.autograd.Function):
-    """hidden [.., d + d'] -> split norm -> (gather) -> y [.., m], y_up [.., m'] (joined if c.assemble)."""
+    """the planar stream [.., d + d'] -> split norm -> (gather) -> (y [.., m], y_up [.., m'])."""
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, g: torch.Tensor, g_up: torch.Tensor, w: torch.Tensor,
                 w21: torch.Tensor, w22: torch.Tensor, w12: torch.Tensor | None, c: _Call) -> Any:
         ops, d = c.ops, g.shape[0]
-        h2 = hidden.reshape(-1, hidden.shape[-1])
-        x, x_up = h2[:, :d].contiguous(), h2[:, d:].contiguous()  # the residual's halves, as TE reads them
+        x, x_up = (t.reshape(-1, t.shape[-1]) for t in planes(hidden, d))  # the stream's planes, in place
         te_dtype = ops.TE_DType[hidden.dtype]
         ln, _, rs = ops.rmsnorm_fwd(x, g, c.eps, None, None, te_dtype, 0, False)
         ln_up, _, rs_up = ops.rmsnorm_fwd(x_up, g_up, c.eps, None, None, te_dtype, 0, False)
@@ -145,8 +152,6 @@ class _NormColumn(torch.autograd.Function):
         ctx.c, ctx.shape, ctx.m = c, hidden.shape, w.shape[0]
         ctx.set_materialize_grads(False)
         lead = _tokens(hidden.shape[:-1], c, gathered=True)
-        if c.assemble:
-            return torch.cat((y, y_up), dim=-1).view(*lead, -1)
         return y.view(*lead, -1), y_up.view(*lead, -1)
 
     @staticmethod
@@ -154,75 +159,70 @@ class _NormColumn(torch.autograd.Function):
         x, rs, x_up, rs_up, g, g_up, w, w21, w22, w12, ln, ln_up = ctx.saved_tensors
         c, m = ctx.c, ctx.m
         base_needed = not c.skip or w12 is not None
-        if c.assemble:
-            (grad_out,) = grads
-            assert grad_out is not None  # the node's one output: autograd calls backward with its gradient
-            g2 = grad_out.reshape(-1, grad_out.shape[-1])
-            dy = g2[:, :m].contiguous() if base_needed else None
-            dy_up = g2[:, m:].contiguous()
-        else:
-            grad_y, grad_up = grads
-            assert grad_up is not None  # y_up feeds the new rows' path, always read (ScaleTEMLP)
-            dy = grad_y.reshape(-1, m).contiguous() if grad_y is not None and base_needed else None
-            dy_up = grad_up.reshape(-1, w21.shape[0]).contiguous()
+        grad_y, grad_up = grads
+        assert grad_up is not None  # y_up feeds the new rows' path, always read
+        dy = grad_y.reshape(-1, m).contiguous() if grad_y is not None and base_needed else None
+        dy_up = grad_up.reshape(-1, w21.shape[0]).contiguous()
         gw21, gw22 = _wgrad(c, ln, dy_up, w21), _wgrad(c, ln_up, dy_up, w22)
         gw12 = _wgrad(c, ln_up, dy, w12) if w12 is not None and dy is not None else None
         d_up = _dgrad(c, w22, dy_up)
         if w12 is not None and dy is not None:
             _dgrad(c, w12, dy, out=d_up)
         dx_up, dg_up = c.ops.rmsnorm_bwd(_reduce(d_up, c), x_up, rs_up, g_up, 0, False)
-        if c.skip:  # no base dgrad: the base stream feeds no trainable parameter
-            grad = torch.empty(dx_up.shape[0], g.shape[0] + dx_up.shape[1], dtype=dx_up.dtype, device=dx_up.device)
-            grad[:, : g.shape[0]].zero_()
-            grad[:, g.shape[0]:].copy_(dx_up)
-        else:
+        dx = None  # under the skip (no base dgrad: the base stream feeds no trainable parameter), zeros
+        if not c.skip:
             d_base = _dgrad(c, w21, dy_up)
             if dy is not None:
                 _dgrad(c, w, dy, out=d_base)
             dx, _ = c.ops.rmsnorm_bwd(_reduce(d_base, c), x, rs, g, 0, False)
-            grad = torch.cat((dx, dx_up), dim=-1)
-        return (grad.view(ctx.shape), None, dg_up if g_up.requires_grad else None, None, gw21, gw22, gw12, None)
+        grad = join(dx, dx_up, ctx.shape, g.shape[0])  # the stream's gradient, planar: each plane written once
+        return (grad, None, dg_up if g_up.requires_grad else None, None, gw21, gw22, gw12, None)
 
 
 class _Row(torch.autograd.Function):
     """Row-parallel: (x [.., n], x_up [.., n']) or the whole input [.., n + n'] (x_up None, w_up
-    then [W21 W22]) -> [.., m + m'], y and y_up reduced apart."""
+    then [W21 W22]) -> the planar stream [.., m + m'] (planar.py), y and y_up reduced apart."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, x_up: torch.Tensor | None, w: torch.Tensor, w_up: torch.Tensor,
                 w22: torch.Tensor | None, w12: torch.Tensor | None, c: _Call) -> Any:
-        n, m = w.shape[1], w.shape[0]
+        n, m, m_up = w.shape[1], w.shape[0], w_up.shape[0]
         lead = x.shape[:-1]
+        xf = x.reshape(-1, x.shape[-1]).contiguous()
+        scattered = c.sp and c.tp > 1  # reduce-scattered outputs are fresh: joined into the stream after
+        out = None if scattered else xf.new_empty(xf.shape[0], m + m_up)
+        y_out, up_out = (None, None) if out is None else planes(out, m)
         if x_up is None:  # proj: one GEMM of the new rows over the whole input
-            xf = x.reshape(-1, x.shape[-1]).contiguous()
-            y = _fwd(c, w, xf[:, :n].contiguous())  # the one copy: the base heads, the base GEMM's own operand
+            # the one copy: the base heads, the base GEMM's own operand; its output a buffer of its
+            # own as a fresh one would be (the plane at the stream's start), so bitwise the base
+            y = _fwd(c, w, xf[:, :n].contiguous(), out=y_out, accumulate=False)
             xu = xf[:, n:].contiguous() if w12 is not None else None
-            y_up = _fwd(c, w_up, xf)
-            saved = (xf, xu)
+            y_up = _fwd(c, w_up, xf, out=up_out, accumulate=False)
         else:
             assert w22 is not None  # x_up given: the new rows are W21 and W22 apart (ScaleTERowParallelLinear)
-            xf, xu = x.reshape(-1, n), x_up.reshape(-1, x_up.shape[-1])
-            y = _fwd(c, w, xf)
-            y_up = _fwd(c, w_up, xf)
+            xu = x_up.reshape(-1, x_up.shape[-1])
+            y = _fwd(c, w, xf, out=y_out, accumulate=False)
+            y_up = _fwd(c, w_up, xf, out=up_out, accumulate=False)
             _fwd(c, w22, xu, out=y_up)
-            saved = (xf, xu)
         if w12 is not None:
             assert xu is not None  # made above wherever W12 exists
             _fwd(c, w12, xu, out=y)
-        ctx.save_for_backward(*saved, w, w_up, w22, w12)
+        ctx.save_for_backward(xf, xu, w, w_up, w22, w12)
         ctx.c, ctx.shapes, ctx.whole = c, (x.shape, None if x_up is None else x_up.shape), x_up is None
-        out = torch.cat((_reduce(y, c), _reduce(y_up, c)), dim=-1)
-        return out.view(*_tokens(lead, c, gathered=False), m + w_up.shape[0])
+        y, y_up = _reduce(y, c), _reduce(y_up, c)  # in place on the planes unless scattered
+        if out is None:
+            out = join(y, y_up)
+        return out.view(*_tokens(lead, c, gathered=False), m + m_up)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         xf, xu, w, w_up, w22, w12 = ctx.saved_tensors
         c, m, n = ctx.c, w.shape[0], w.shape[1]
-        g2 = grad.reshape(-1, grad.shape[-1])
+        g_y, g_up = (t.reshape(-1, t.shape[-1]) for t in planes(grad.contiguous(), m))  # views, no copy
         base_needed = not c.skip or w12 is not None
         # dy exists wherever it is read below: without the skip, or with W12 (which the skip refuses)
-        dy = _gather(g2[:, :m].contiguous(), c) if base_needed else None
-        dy_up = _gather(g2[:, m:].contiguous(), c)
+        dy = _gather(g_y, c) if base_needed else None
+        dy_up = _gather(g_up, c)
         gw12 = None
         if w12 is not None:
             assert dy is not None
@@ -374,19 +374,16 @@ class ScaleTENormColumnLinear(_FusedLinear):
         for p in (self.layer_norm_weight, self.layer_norm_weight_up):
             p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's parameter tag (Tensor declares none)
 
-    def _node(self, hidden: torch.Tensor, assemble: bool) -> Any:
-        w21, w22 = self._up_blocks()
-        return _NormColumn.apply(hidden, self.layer_norm_weight, self.layer_norm_weight_up, self.weight, w21, w22,
-                                 self.weight_12, replace(self._call, assemble=assemble))
-
     def forward(self, input_: torch.Tensor, weight: Any = None, runtime_gather_output: bool | None = None) -> Any:
-        if weight is not None or runtime_gather_output:
-            raise ValueError("ScaleTENormColumnLinear owns its weights and never gathers its output")
-        return self._node(input_, assemble=True), None
+        raise ValueError("ScaleTENormColumnLinear reads the planar stream and returns (y, y_up): call pair() "
+                         "(ScaleTESelfAttention, ScaleTEMLP)")
 
     def pair(self, input_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(y, y_up) apart: fc1's [gate; up] rows and its new [gate_up; up_up] rows."""
-        return self._node(input_, assemble=False)
+        """(y, y_up) apart from the planar stream: qkv's base and new groups, fc1's [gate; up] rows
+        and its new [gate_up; up_up] rows."""
+        w21, w22 = self._up_blocks()
+        return _NormColumn.apply(input_, self.layer_norm_weight, self.layer_norm_weight_up, self.weight, w21, w22,
+                                 self.weight_12, self._call)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
         out = super().sharded_state_dict(prefix, sharded_offsets, metadata)
@@ -437,3 +434,76 @@ class ScaleTEMLP(mc.MLP):
         y, y_up = self.linear_fc1.pair(hidden_states)
         a, a_up = _SwiGLUPair.apply(y, y_up, self.linear_fc1.ops)
         return self.linear_fc2.pair(a, a_up), None
+
+
+class ScaleTESelfAttention(mc.SelfAttention):
+    """megatron-core's SelfAttention with its query, key and value taken from linear_qkv's two
+    outputs: the base groups' y and the new groups' y_up (one GQA layout each, per rank [groups,
+    (heads per group + 2) x head size]) are split as megatron-core splits one, and each of query,
+    key and value is the two sets side by side along the heads ([base heads; new heads], the layout
+    core attention and linear_proj read). Those three concatenations are the queries' reshape
+    megatron-core copies anyway plus the keys and values; nothing joins [y; y_up] nor splits its
+    gradient. Everything after (RoPE, core attention, linear_proj) is the parent's."""
+
+    def get_query_key_value_tensors(self, hidden_states: torch.Tensor, key_value_states: Any = None,
+                                    output_gate: bool = False, split_qkv: bool = True) -> Any:
+        if key_value_states is not None or output_gate or not split_qkv:
+            raise ValueError("ScaleTESelfAttention: self-attention without an output gate or the fused "
+                             "single-QKV RoPE (--scale-te-linear modules runs those)")
+        if self.config.num_query_groups < self.world_size:
+            raise ValueError(f"ScaleTESelfAttention: {self.config.num_query_groups} query groups over TP "
+                             f"{self.world_size}: SCALE's groups split over the ranks")
+        y, y_up = self.linear_qkv.pair(hidden_states)
+        if self.linear_qkv._call.skip:  # the base heads' attention runs without autograd (split_attention.py)
+            y = y.detach()
+        hn = self.hidden_size_per_attention_head
+        per_group = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
+        parts = []
+        for t in (y, y_up):
+            grouped = t.view(*t.shape[:-1], t.shape[-1] // ((per_group + 2) * hn), (per_group + 2) * hn)
+            parts.append(torch.split(grouped, [per_group * hn, hn, hn], dim=3))
+        query, key, value = (torch.cat((a, b), dim=2) for a, b in zip(*parts, strict=True))
+        query = query.view(*query.shape[:2], -1, hn)
+        if self.q_layernorm is not None:
+            query = self.q_layernorm(query)
+        if self.k_layernorm is not None:
+            key = self.k_layernorm(key)
+        return query, key, value
+
+
+class _PlanarNorm(torch.autograd.Function):
+    """The final split norm on the planar stream: TE's rmsnorm on each plane, the output planar."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, g: torch.Tensor, g_up: torch.Tensor, ops: Any, eps: float,
+                skip: bool) -> torch.Tensor:
+        d = g.shape[0]
+        x, x_up = (t.reshape(-1, t.shape[-1]) for t in planes(hidden, d))
+        out = torch.empty_like(hidden)
+        ln, ln_up = (t.reshape(-1, t.shape[-1]) for t in planes(out, d))  # TE writes each plane in place
+        te_dtype = ops.TE_DType[hidden.dtype]
+        _, _, rs = ops.rmsnorm_fwd(x, g, eps, ln, None, te_dtype, 0, False)
+        _, _, rs_up = ops.rmsnorm_fwd(x_up, g_up, eps, ln_up, None, te_dtype, 0, False)
+        ctx.save_for_backward(*((None, None) if skip else (x, rs)), x_up, rs_up, g, g_up)
+        ctx.ops, ctx.shape = ops, hidden.shape
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        x, rs, x_up, rs_up, g, g_up = ctx.saved_tensors
+        dz, dz_up = (t.reshape(-1, t.shape[-1]) for t in planes(grad.contiguous(), g.shape[0]))
+        dx_up, dg_up = ctx.ops.rmsnorm_bwd(dz_up, x_up, rs_up, g_up, 0, False)
+        dx = None if x is None else ctx.ops.rmsnorm_bwd(dz, x, rs, g, 0, False)[0]  # None under the skip: zeros
+        return join(dx, dx_up, ctx.shape, g.shape[0]), None, dg_up if g_up.requires_grad else None, None, None, None
+
+
+class ScaleTEFinalNorm(SplitRMSNorm):
+    """The block's final norm on the planar stream (planar.py): SplitRMSNorm's gains and checkpoint
+    entries, TE's rmsnorm on each plane in one node, the output planar for the output layer."""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> None:
+        super().__init__(config, hidden_size, eps, **kwargs)
+        self.ops = te_functional()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return _PlanarNorm.apply(hidden, self.weight, self.weight_up, self.ops, self.eps, self.skip_base_grad)
