@@ -27,7 +27,7 @@ def _built(rank: int, world: int) -> dict[str, Any]:
 
     ap = argparse.Namespace(**{k.lstrip("-"): int(v) for k, v in zip(SMALL[::2], SMALL[1::2], strict=True)},
                             device="cpu", transformer_impl="local", attention_backend="auto", fp8_format=None,
-                            fp8_recipe=None, bf16=False, scale_te_linear=None, fusions=())
+                            fp8_recipe=None, bf16=False, scale_te_linear=None, scale_local_linear="fused", fusions=())
     bench_scale._init(ap)
     out = {}
     for m in ("preserve", "preserve_rows", "preserve_gate", "preserve_full"):

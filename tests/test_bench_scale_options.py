@@ -110,6 +110,8 @@ def test_the_causal_mfu_counts_attention_half() -> None:
     (["--fusions", "swiglu,ce"], "--fusions swiglu,ce: megatron-core compiles its fused kernels with torch.compile"),
     (["--fusions", "gelu"], "--fusions gelu: choose from rope,swiglu,ce"),
     (["--scale-te-linear", "fused"], "--scale-te-linear fused needs --transformer-impl transformer_engine"),
+    (["--transformer-impl", "transformer_engine", "--scale-local-linear", "planar"],
+     "--scale-local-linear planar needs --transformer-impl local"),
     (["--microbatches", "0"], "--microbatches 0: must be >= 1"),
     (["--device", "cuda", "--cuda-graph", "step", "--optimizer", "megatron"],
      "--cuda-graph step with --optimizer megatron: megatron-core's optimizer step reads the gradient norm"),

@@ -96,7 +96,7 @@ def _build(a: argparse.Namespace, scope: str, method: str) -> Any:
     kernels = Kernels(transformer_impl=a.transformer_impl, attention_backend=a.attention_backend,
                       fp8_format=a.fp8_format, fp8_recipe=a.fp8_recipe, initialize=True,
                       cpu_initialization=a.device == "cpu", te_linear=a.scale_te_linear or "modules",
-                      fusions=_fusions(a))
+                      local_linear=a.scale_local_linear, fusions=_fusions(a))
     if method in ("full_ft", "dense_up"):
         return build_model(_architecture(a, layers, up=method == "dense_up"), Full(), kernels=kernels)
     adapt = tuple(range(layers // 2, layers)) if method == "adapt" else None
@@ -470,6 +470,9 @@ def _check_flags(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Flag combinations that cannot run stop here, naming the flag (the training entry's check)."""
     from megatron_scale.model.layers.te import check_te_flags
 
+    if a.scale_local_linear != "fused" and a.transformer_impl != "local":
+        ap.error(f"--scale-local-linear {a.scale_local_linear} needs --transformer-impl local "
+                 "(on Transformer Engine: --scale-te-linear fused)")
     try:
         check_te_flags(a.transformer_impl, a.fp8_format, a.fp8_recipe, a.bf16, a.device)
     except ValueError as e:
@@ -540,6 +543,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="step: the whole step captured by torch and replayed (CUDA, --optimizer adamw)")
     ap.add_argument("--fusions", type=lambda v: tuple(x for x in v.split(",") if x), default=(),
                     help=f"comma-separated, of {','.join(FUSIONS)}: megatron-core's fusions (rope needs TE)")
+    ap.add_argument("--scale-local-linear", choices=["fused", "planar"], default="fused",
+                    help="SCALE's local linears: fused (fused.py) | planar (te_fused.py's one-node composition over "
+                         "torch ops, the residual stream planar: torch_ops.py)")
     ap.add_argument("--scale-te-linear", choices=["modules", "fused"], default=None,
                     help="SCALE's TE linears (with --transformer-impl transformer_engine): modules (te_linear.py) "
                          "| fused (te_fused.py, one node per upscaled linear)")

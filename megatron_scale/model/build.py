@@ -66,6 +66,9 @@ class Kernels:
     te_linear: str = "modules"
     """SCALE's TE linears (--scale-te-linear, model/layers/spec.py TE_LINEARS): modules (te_linear.py)
     | fused (te_fused.py: one TE node per upscaled linear, bf16)."""
+    local_linear: str = "fused"
+    """SCALE's local linears (--scale-local-linear, model/layers/spec.py LOCAL_LINEARS): fused (fused.py)
+    | planar (te_fused.py's one-node composition over torch ops, the stream planar; no decoding)."""
     fusions: Fusions = NO_FUSIONS
     """megatron-core's kernel fusions (RoPE, SwiGLU, cross-entropy: model/args.py Fusions)."""
     cuda_graph_impl: str = "none"
@@ -154,7 +157,7 @@ def build_scale(cfg: Any, args: LlamaArgs, kernels: Kernels, dims: ScaleDims) ->
     if kernels.te:
         backend = te_backend(wgrad_fusion=kernels.gradient_accumulation_fusion, linear=kernels.te_linear)
     else:
-        backend = local_backend(kernels.attention_backend)
+        backend = local_backend(kernels.attention_backend, linear=kernels.local_linear)
     return build_scale_gpt(cfg, dims, tied_embeddings=tied, backend=backend, **kwargs)
 
 
@@ -210,9 +213,9 @@ class ScaleGPTModel(mc.GPTModel):
         character or word of the predicted tokens when its unit says so (route_units.py).
         `route_labels`: the tokens predicted, for the router only (the logits are returned)."""
         if self.planar and kwargs.get("inference_context") is not None:
-            raise ValueError("--scale-te-linear fused holds the stream planar, which megatron-core's inference "
-                             "(last-token slicing, KV caches) does not know: decode with --scale-te-linear modules "
-                             "or the local backend (the checkpoint is the same)")
+            raise ValueError("--scale-te-linear fused and --scale-local-linear planar hold the stream planar, which "
+                             "megatron-core's inference (last-token slicing, KV caches) does not know: decode with "
+                             "--scale-te-linear modules or --scale-local-linear fused (the checkpoint is the same)")
         if self.post_process:
             self.output_layer.unit_labels = labels if route_labels is None else route_labels
         try:

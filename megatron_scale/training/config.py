@@ -32,7 +32,7 @@ from megatron_scale.flags import add_flags, flag, flag_fields, optional_twin, po
 from megatron_scale.methods import FLAG_CLASSES, NAMES
 from megatron_scale.methods.scale import ScaleSettings
 from megatron_scale.model.args import CROSS_ENTROPY_IMPLS, CUDA_GRAPH_IMPLS, Fusions, LlamaArgs
-from megatron_scale.model.layers.spec import TE_LINEARS
+from megatron_scale.model.layers.spec import LOCAL_LINEARS, TE_LINEARS
 from megatron_scale.model.layers.sdpa import ATTENTION_BACKENDS, check_attention_backend
 from megatron_scale.model.layers.te import FP8_FORMATS, FP8_RECIPES, check_te_flags, require_te
 from megatron_scale.model.layers.te_linear import FROZEN_RECASTS
@@ -82,6 +82,10 @@ class ModelConfig:
     """SCALE's linears on Transformer Engine: modules (the default: te.Linear modules per block,
     model/layers/te_linear.py) | fused (one TE autograd node per upscaled linear, the split norms inside
     qkv and fc1, bf16: model/layers/te_fused.py). With --transformer-impl transformer_engine."""
+    scale_local_linear: str = field(default="fused", metadata=flag("--scale-local-linear", choices=LOCAL_LINEARS))
+    """SCALE's linears on --transformer-impl local: fused (the default: model/layers/fused.py) | planar
+    (te_fused.py's one-node composition over torch ops, model/layers/torch_ops.py: the residual stream
+    planar, fewer copies; training and evaluation only, no decoding)."""
     apply_rope_fusion: bool = field(default=False, metadata=flag("--apply-rope-fusion"))
     """RoPE through Transformer Engine's fused kernel (needs TE and CUDA)."""
     bias_swiglu_fusion: bool = field(default=False, metadata=flag("--bias-swiglu-fusion"))
@@ -286,6 +290,9 @@ def check_kernels(cfg: TrainConfig, te: bool) -> None:
     m, s = cfg.model, cfg.schedule
     if m.scale_te_linear is not None and not te:
         raise ValueError(f"--scale-te-linear {m.scale_te_linear} needs --transformer-impl transformer_engine")
+    if m.scale_local_linear != "fused" and te:
+        raise ValueError(f"--scale-local-linear {m.scale_local_linear} needs --transformer-impl local "
+                         "(on Transformer Engine: --scale-te-linear fused)")
     if m.scale_te_linear == "fused" and m.fp8_format is not None:
         raise ValueError("--scale-te-linear fused runs bf16 only so far: FP8 needs --scale-te-linear modules")
     m.fusions().check()

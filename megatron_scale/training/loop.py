@@ -120,7 +120,7 @@ def _kernels(config: TrainConfig, device: torch.device) -> Kernels:
         transformer_impl=m.transformer_impl, attention_backend=m.attention_backend, fp8_format=m.fp8_format,
         fp8_recipe=m.fp8_recipe, gradient_accumulation_fusion=m.gradient_accumulation_fusion, initialize=True,
         init_method_std=m.init_method_std, cpu_initialization=device.type == "cpu",
-        te_linear=m.scale_te_linear or "modules", fusions=m.fusions(), cuda_graph_impl=config.schedule.cuda_graph_impl,
+        te_linear=m.scale_te_linear or "modules", local_linear=m.scale_local_linear, fusions=m.fusions(), cuda_graph_impl=config.schedule.cuda_graph_impl,
     )
 
 

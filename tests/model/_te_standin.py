@@ -12,8 +12,9 @@ its layouts TN / NN / NT), `rmsnorm_fwd` / `rmsnorm_bwd`, `swiglu` / `dswiglu`
 (`functional.calls`: its name, operand shapes, layout, accumulate, whether an output was given)
 and refused, as an AssertionError, where TE would read memory wrongly: a non-contiguous operand
 (TE's C++ takes a pointer and a shape). The stand-ins write no copies of their own (the step audit
-counts the caller's; rmsnorm_fwd's write into a given ln_out is TE's kernel's, `kernel_writes`), and compute as the local path does (torch.matmul; F.rms_norm), so a
-composition that hands them the base model's operands gets the base model's bits.
+counts the caller's; rmsnorm_fwd's write into a given ln_out is TE's kernel's, `kernel_writes`), and
+compute as megatron_scale/model/layers/torch_ops.py does (the local path's torch.matmul and
+F.rms_norm), so a composition that hands them the base model's operands gets the base model's bits.
 Nothing about TE itself is learned from it; the `gpu` tests run the real one.
 """
 
@@ -23,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from megatron_scale.model.layers.torch_ops import TorchOps
 from megatron_scale.testing.step_audit import kernel_writes
 
 
@@ -69,12 +70,12 @@ class Linear(nn.Module):
         self.loaded_extra_state = state
 
 
-class _Functional:
-    """TE's functional calls (the module docstring); `calls` records them, `reset()` clears."""
+class _Functional(TorchOps):
+    """TE's functional calls (the module docstring): torch_ops.py's compute, each call recorded in
+    `calls` (`reset()` clears) and its operands checked as TE's C++ would need them."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
-        self.TE_DType = {torch.float32: torch.float32, torch.bfloat16: torch.bfloat16, torch.float16: torch.float16}
 
     def reset(self) -> None:
         self.calls.clear()
@@ -93,69 +94,36 @@ class _Functional:
                      beta: float | None = None, accumulate: bool = False, layout: str = "TN",
                      out: torch.Tensor | None = None, bias: Any = None, use_split_accumulator: bool = False,
                      grad: bool = False, **unused: Any) -> tuple[torch.Tensor, None, None, None]:
-        """TN: B A^T (forward, A the weight); NN: B A (dgrad); NT: B^T A (wgrad, A the input)."""
         call = self._record("general_gemm", A=A, B=B, out=out)
         call.update(layout=layout, accumulate=accumulate, out_given=out is not None, grad=grad,
                     out_offset=None if out is None else out.storage_offset(), quantized=quantization_params is not None)
-        if bias is not None or gelu or quantization_params is not None or alpha != 1.0:
-            raise AssertionError("TE stand-in: SCALE's GEMMs take no bias, GELU, output quantizer or alpha")
-        if accumulate and out is None:
-            raise AssertionError("TE stand-in: accumulate=True needs out")
-        a, b = (A, B) if out is None or out.dtype == A.dtype else (A.to(out.dtype), B.to(out.dtype))
-        pairs = {"TN": (b, a.t()), "NN": (b, a), "NT": (b.t(), a)}
-        if layout not in pairs:
-            raise AssertionError(f"TE stand-in: layout {layout}")
-        m1, m2 = pairs[layout]
-        if out is None:
-            res = torch.matmul(m1, m2)  # the local path's call: the base model's bits
-            return (res if out_dtype is None else res.to(out_dtype)), None, None, None
-        if tuple(out.shape) != (m1.shape[0], m2.shape[1]):
-            raise AssertionError(f"TE stand-in: out {tuple(out.shape)} for a {(m1.shape[0], m2.shape[1])} product")
-        if accumulate:
-            out.addmm_(m1, m2)
-        else:
-            torch.mm(m1, m2, out=out)
-        return out, None, None, None
+        try:
+            return super().general_gemm(A, B, out_dtype, quantization_params, gelu, gelu_in, alpha, beta, accumulate,
+                                        layout, out, bias, use_split_accumulator, grad)
+        except ValueError as e:
+            raise AssertionError(f"TE stand-in: {e}") from e
 
     def rmsnorm_fwd(self, inp: torch.Tensor, weight: torch.Tensor, eps: float, ln_out: Any, quantizer: Any,
                     otype: Any, sm_margin: int, zero_centered_gamma: bool) -> list[Any]:
         self._record("rmsnorm_fwd", input=inp, weight=weight, ln_out=ln_out)
-        if quantizer is not None or zero_centered_gamma:
-            raise AssertionError("TE stand-in: SCALE's norm takes no quantizer or zero-centred gamma")
-        rsigma = torch.rsqrt(inp.float().pow(2).mean(-1) + eps)
-        z = F.rms_norm(inp, (inp.shape[-1],), weight, eps)
-        if ln_out is None:
-            return [z, None, rsigma]
-        if ln_out.shape != inp.shape or ln_out.dtype != z.dtype:
-            raise AssertionError(f"TE stand-in: ln_out {tuple(ln_out.shape)} {ln_out.dtype} for {tuple(inp.shape)} {z.dtype}")
-        with kernel_writes():  # TE's kernel writes its output there: the stand-in's copy is not the caller's
-            ln_out.copy_(z)
-        return [ln_out, None, rsigma]
+        try:
+            with kernel_writes():  # TE's kernel writes a given ln_out itself: the stand-in's copy is not the caller's
+                return super().rmsnorm_fwd(inp, weight, eps, ln_out, quantizer, otype, sm_margin, zero_centered_gamma)
+        except ValueError as e:
+            raise AssertionError(f"TE stand-in: {e}") from e
 
     def rmsnorm_bwd(self, dz: torch.Tensor, x: torch.Tensor, rsigma: torch.Tensor, gamma: torch.Tensor,
                     sm_margin: int, zero_centered_gamma: bool) -> list[torch.Tensor]:
         self._record("rmsnorm_bwd", dz=dz, x=x, rsigma=rsigma, gamma=gamma)
-        rs = rsigma.unsqueeze(-1)
-        xhat = x.float() * rs
-        dxhat = dz.float() * gamma.float()
-        dx = rs * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-        dgamma = (dz.float() * xhat).sum(0)
-        return [dx.to(x.dtype), dgamma.to(gamma.dtype)]
+        return super().rmsnorm_bwd(dz, x, rsigma, gamma, sm_margin, zero_centered_gamma)
 
     def swiglu(self, inp: torch.Tensor, quantizer: Any) -> torch.Tensor:
         self._record("swiglu", input=inp)
-        gate, up = inp.chunk(2, dim=-1)
-        return F.silu(gate) * up  # megatron-core's glu, op for op: the base model's bits
+        return super().swiglu(inp, quantizer)
 
     def dswiglu(self, grad: torch.Tensor, inp: torch.Tensor, quantizer: Any) -> torch.Tensor:
         self._record("dswiglu", grad=grad, input=inp)
-        gate, up = inp.chunk(2, dim=-1)
-        f = gate.shape[-1]
-        out = torch.empty_like(inp)
-        sig = torch.sigmoid(gate)
-        torch.mul(grad * up, sig * (1 + gate * (1 - sig)), out=out[..., :f])  # written in place: no cat
-        torch.mul(grad, F.silu(gate), out=out[..., f:])
-        return out
+        return super().dswiglu(grad, inp, quantizer)
 
 
 functional = _Functional()

@@ -155,6 +155,10 @@ def _refusals(data: str) -> dict[str, str]:
         check_kernels(cfg, te=True)
     except ValueError as e:
         out["fused_fp8"] = str(e)
+    try:
+        check_kernels(parse([*base, "--scale-local-linear", "planar"]), te=True)
+    except ValueError as e:
+        out["planar_te"] = str(e)
     cfg = parse([*base, "--cuda-graph-impl", "full_iteration", "--fp8-format", "hybrid", "--cuda-graph-warmup-steps",
                  "1", "--device", "cuda"])
     try:
@@ -253,4 +257,5 @@ def test_what_cannot_run_here_is_refused_by_name(results: dict) -> None:
     assert "--bias-swiglu-fusion: megatron-core compiles its fused kernel with torch.compile" in r["swiglu_cpu"], r
     assert "--cuda-graph-warmup-steps" in r["warmup"], r
     assert r["fused_fp8"].startswith("--scale-te-linear fused runs bf16 only"), r
+    assert r["planar_te"].startswith("--scale-local-linear planar needs --transformer-impl local"), r
     assert r["fp8_warmup"].startswith("--cuda-graph-warmup-steps 1 with --fp8-format"), r

@@ -7,6 +7,9 @@ A tiny Llama-style base is pre-trained with --method full at TP=1 (10 iterations
 - SCALE-Preserve continues from the base at TP=2 (killed with SIGKILL and resumed, every method
   reproduces its uninterrupted run exactly: tests/training/test_kills.py);
 - after training, the Preserve model's preservation-head logits equal the base model's bitwise;
+- --scale-local-linear planar (te_fused.py's composition over torch ops) trains Preserve's first
+  three steps to its losses (fp32 rounding), and a fused run resumed from its checkpoint takes
+  Preserve's fourth;
 - SCALE-Route trains bitwise like SCALE-Preserve (losses, weights, optimizer state), evaluating on
   an --eval-iterations schedule and saving at --save-iterations;
 - a NaN loss stops the run naming the iteration; --skip-nan skips the step instead;
@@ -125,6 +128,18 @@ def route_exit(work: dict) -> dict[str, Any]:
     recs = train(2, root / "route.jsonl", *args, "--exit-interval", "3", "--eval-data-path", f"en={work['en']}",
                  f"ko={work['ko']}", "--eval-iterations", "0", "2", "3", "--eval-iters", "1", "--save-iterations", "2")
     return {"records": recs, "save": root / "route", "metrics": root / "route.jsonl"}
+
+
+def test_planar_local_linears_train_as_fused_does_and_resume_with_it(work: dict, preserve_run: dict) -> None:
+    root, save = work["root"], work["root"] / "planar"
+    args = _preserve_args(work, save)
+    planar = losses(train(2, root / "planar.jsonl", *args, "--exit-interval", "3", "--scale-local-linear", "planar"))
+    args[args.index("--load") + 1] = str(save)  # resumed at 3 with the default, fused.py: the same entries
+    resumed = losses(train(2, root / "planar_resumed.jsonl", *args, "--exit-interval", "4"))
+    want = preserve_run["losses"]
+    assert sorted(planar) == [1, 2, 3] and sorted(resumed) == [4], (planar, resumed)
+    assert all(v == pytest.approx(want[it], rel=1e-5) for it, v in {**planar, **resumed}.items()), (planar, resumed, want)
+    assert want[1] - want[4] > 1e-3  # the steps compared move the loss
 
 
 def test_exit_interval_saves_and_stops_on_the_schedule_of_the_whole_run(route_exit: dict, preserve_run: dict) -> None:

@@ -7,7 +7,8 @@ decides per layer and per module whether W12 exists. With pipeline parallelism t
 holds only this stage's layers, numbered globally for the Adapt choice.
 
 `ScaleBackend` names the four swappable parts: `LOCAL` (the fused local linears, every CPU run)
-is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py);
+is the default; `local_backend()` is it with the core attention --attention-backend picks (sdpa.py),
+or with --scale-local-linear planar te_fused.py's one-node modules over torch ops (torch_ops.py);
 `te_backend()` swaps in the Transformer Engine GEMMs (te_linear.py; with linear="fused" te_fused.py:
 one TE node per upscaled linear, the split norms inside qkv and fc1, the MLP's SwiGLU on each half,
 query, key and value from qkv's two outputs, the residual stream planar: planar.py) and TE's
@@ -54,6 +55,9 @@ class ScaleBackend:
     planar: bool = False
     """The residual stream is held planar (model/layers/planar.py): the embedding writes it so and the
     output layer reads it so (te_fused.py's linears and final norm read and write it so)."""
+    ops: Any = None
+    """The functional layer te_fused.py's modules call (None: Transformer Engine's, model/layers/te.py
+    te_functional; torch_ops.TORCH_OPS: the same calls in torch, --scale-local-linear planar)."""
     wgrad_fusion: bool = False
     """The linears accumulate weight gradients into main_grad themselves (TE's
     fuse_wgrad_accumulation), whatever TransformerConfig.gradient_accumulation_fusion says:
@@ -62,11 +66,32 @@ class ScaleBackend:
 
 LOCAL = ScaleBackend()
 
+LOCAL_LINEARS = ("fused", "planar")
+"""--scale-local-linear: fused (fused.py, token-major stream) | planar (te_fused.py's composition over
+torch_ops.py: one node per upscaled linear, the split norms inside qkv and fc1, the stream planar)."""
 
-def local_backend(attention_backend: str = "local") -> ScaleBackend:
-    """--transformer-impl local: the fused local linears, core attention by `attention_backend`
-    (auto | local | sdpa; model/layers/sdpa.py)."""
-    return replace(LOCAL, core_attention=core_attention(attention_backend))
+
+def local_backend(attention_backend: str = "local", linear: str = "fused") -> ScaleBackend:
+    """--transformer-impl local: the SCALE linears by `linear` (LOCAL_LINEARS), core attention by
+    `attention_backend` (auto | local | sdpa; model/layers/sdpa.py)."""
+    if linear not in LOCAL_LINEARS:
+        raise ValueError(f"--scale-local-linear {linear!r}: choose one of {LOCAL_LINEARS}")
+    attention = core_attention(attention_backend)
+    if linear == "planar":
+        from megatron_scale.model.layers.torch_ops import TORCH_OPS
+
+        return _one_node_backend(attention, ops=TORCH_OPS)
+    return replace(LOCAL, core_attention=attention)
+
+
+def _one_node_backend(attention: type, *, ops: Any = None, wgrad_fusion: bool = False) -> ScaleBackend:
+    """te_fused.py's modules over `ops` (None: Transformer Engine's functional layer)."""
+    from megatron_scale.model.layers import te_fused
+
+    return ScaleBackend(column_linear=te_fused.ScaleTENormColumnLinear, row_linear=te_fused.ScaleTERowParallelLinear,
+                        mlp=te_fused.ScaleTEMLP, norm_in_linear=True, core_attention=attention,
+                        attention=te_fused.ScaleTESelfAttention, final_norm=te_fused.ScaleTEFinalNorm,
+                        planar=True, ops=ops, wgrad_fusion=wgrad_fusion)
 
 
 TE_LINEARS = ("modules", "fused")
@@ -81,12 +106,7 @@ def te_backend(core_attention: type | None = None, *, wgrad_fusion: bool = False
         raise ValueError(f"--scale-te-linear {linear!r}: choose one of {TE_LINEARS}")
     attention = core_attention or mc.te_extensions().TEDotProductAttention
     if linear == "fused":
-        from megatron_scale.model.layers import te_fused
-
-        return ScaleBackend(column_linear=te_fused.ScaleTENormColumnLinear, row_linear=te_fused.ScaleTERowParallelLinear,
-                            mlp=te_fused.ScaleTEMLP, norm_in_linear=True, core_attention=attention,
-                            attention=te_fused.ScaleTESelfAttention, final_norm=te_fused.ScaleTEFinalNorm,
-                            planar=True, wgrad_fusion=wgrad_fusion)
+        return _one_node_backend(attention, wgrad_fusion=wgrad_fusion)
     from megatron_scale.model.layers.te_linear import ScaleTEColumnParallelLinear, ScaleTERowParallelLinear
 
     return ScaleBackend(
@@ -127,6 +147,8 @@ def scale_layer_spec(dims: ScaleDims, layer: int, backend: ScaleBackend = LOCAL)
     norm = partial(backend.norm, base_hidden=dims.hidden, skip_base_grad=skip)
     kw: dict[str, Any] = {"fuse_wgrad_accumulation": True} if backend.wgrad_fusion else {}
     kw["skip_base_grad"] = skip
+    if backend.ops is not None:
+        kw["ops"] = backend.ops
     attend: Callable[..., Any] = backend.core_attention
     if skip:
         attend = partial(BaseHeadsApart, inner=attend, base_heads=dims.heads, base_groups=dims.groups)
@@ -176,11 +198,12 @@ def get_scale_block_spec(
     """Block spec for this pipeline stage: its layers' specs and the final split norm."""
     offset = mc.get_transformer_layer_offset(config, vp_stage, pp_rank)
     count = mc.get_num_layers_to_build(config, vp_stage, pp_rank)
+    final_norm = partial(backend.final_norm or backend.norm, base_hidden=dims.hidden,
+                         skip_base_grad=dims.skip_base_backward)
+    if backend.ops is not None:
+        final_norm = partial(final_norm, ops=backend.ops)
     return mc.TransformerBlockSubmodules(
-        layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)],
-        layer_norm=partial(backend.final_norm or backend.norm, base_hidden=dims.hidden,
-                           skip_base_grad=dims.skip_base_backward),
-    )
+        layer_specs=[scale_layer_spec(dims, offset + i, backend) for i in range(count)], layer_norm=final_norm)
 
 
 def llama_block_spec(config: Any, vp_stage: int | None = None, pp_rank: int | None = None,

@@ -40,6 +40,9 @@ trainable gradient is exact. Checkpoint entries are the local backend's (partiti
 may switch --transformer-impl or --scale-te-linear on resume. bf16 (and fp32) only: FP8 runs
 --scale-te-linear modules (te_linear.py) until the quantizers are wired in here.
 
+`ops` is TE's functional layer by default; torch_ops.py's TORCH_OPS runs the same composition in
+torch (--scale-local-linear planar: spec.py local_backend), on any device.
+
 Per rank, as linear.py: column W [m/tp, n], W21 [m'/tp, n], W22 [m'/tp, n'], W12 [m/tp, n'];
 row W [m, n/tp], [W21 W22] or W21, W22 over [n/tp; n'/tp], W12 [m, n'/tp].
 """
@@ -287,7 +290,7 @@ class _FusedLinear(nn.Module):
     def __init__(self, input_size: int, output_size: int, *, split: BlockSplit, config: Any,
                  init_method: Callable[[torch.Tensor], None], tp_group: Any = None, is_expert: bool = False,
                  bias: bool = False, skip_bias_add: bool = False, fuse_wgrad_accumulation: bool = False,
-                 skip_base_grad: bool = False, whole_up: bool = False) -> None:
+                 skip_base_grad: bool = False, whole_up: bool = False, ops: Any = None) -> None:
         super().__init__()
         if bias or is_expert:
             raise ValueError("upscaled linears are bias-free and not mixture-of-experts (Llama family)")
@@ -320,7 +323,7 @@ class _FusedLinear(nn.Module):
             for block in [*blocks, self.weight_12]:
                 if block is not None:
                     mark_tp(block, split.tp_axis)
-        self.ops = te_functional()
+        self.ops = te_functional() if ops is None else ops
         self._call = _Call(ops=self.ops, group=self.tp_group, tp=self.tp_size, sp=bool(config.sequence_parallel),
                            skip=skip_base_grad, fuse=fuse_wgrad_accumulation or bool(config.gradient_accumulation_fusion),
                            eps=float(config.layernorm_epsilon))
@@ -362,12 +365,13 @@ class ScaleTENormColumnLinear(_FusedLinear):
                  init_method: Callable[[torch.Tensor], None], gather_output: bool = False, bias: bool = False,
                  skip_bias_add: bool = False, is_expert: bool = False, tp_comm_buffer_name: str | None = None,
                  tp_group: Any = None, stride: int = 1, name: str | None = None,
-                 fuse_wgrad_accumulation: bool = False, skip_base_grad: bool = False, **unused: Any) -> None:
+                 fuse_wgrad_accumulation: bool = False, skip_base_grad: bool = False, ops: Any = None,
+                 **unused: Any) -> None:
         if split.parallel != "column" or gather_output:
             raise ValueError("ScaleTENormColumnLinear: a column split, output not gathered")
         super().__init__(input_size, output_size, split=split, config=config, init_method=init_method,
                          tp_group=tp_group, is_expert=is_expert, bias=bias, skip_bias_add=skip_bias_add,
-                         fuse_wgrad_accumulation=fuse_wgrad_accumulation, skip_base_grad=skip_base_grad)
+                         fuse_wgrad_accumulation=fuse_wgrad_accumulation, skip_base_grad=skip_base_grad, ops=ops)
         self.layer_norm_weight = _param((split.in_base,), config, trainable=False, fill=1.0)
         self.layer_norm_weight_up = _param((split.in_up,), config, trainable=True, fill=1.0)
         self.layer_norm_weight.scale_frozen = True  # type: ignore[attr-defined]  # our parameter tag (Tensor declares none)
@@ -402,13 +406,13 @@ class ScaleTERowParallelLinear(_FusedLinear):
                  init_method: Callable[[torch.Tensor], None], bias: bool = False, input_is_parallel: bool = True,
                  skip_bias_add: bool = False, is_expert: bool = False, tp_comm_buffer_name: str | None = None,
                  tp_group: Any = None, name: str | None = None, fuse_wgrad_accumulation: bool = False,
-                 skip_base_grad: bool = False, pair_input: bool = False, **unused: Any) -> None:
+                 skip_base_grad: bool = False, pair_input: bool = False, ops: Any = None, **unused: Any) -> None:
         if split.parallel != "row" or not input_is_parallel:
             raise ValueError("ScaleTERowParallelLinear: a row split, input already split over TP")
         super().__init__(input_size, output_size, split=split, config=config, init_method=init_method,
                          tp_group=tp_group, is_expert=is_expert, bias=bias, skip_bias_add=skip_bias_add,
                          fuse_wgrad_accumulation=fuse_wgrad_accumulation, skip_base_grad=skip_base_grad,
-                         whole_up=not pair_input)
+                         whole_up=not pair_input, ops=ops)
 
     def forward(self, input_: torch.Tensor) -> tuple[torch.Tensor, None]:
         if not self.whole_up:
@@ -501,9 +505,9 @@ class ScaleTEFinalNorm(SplitRMSNorm):
     """The block's final norm on the planar stream (planar.py): SplitRMSNorm's gains and checkpoint
     entries, TE's rmsnorm on each plane in one node, the output planar for the output layer."""
 
-    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> None:
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, ops: Any = None, **kwargs: Any) -> None:
         super().__init__(config, hidden_size, eps, **kwargs)
-        self.ops = te_functional()
+        self.ops = te_functional() if ops is None else ops
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return _PlanarNorm.apply(hidden, self.weight, self.weight_up, self.ops, self.eps, self.skip_base_grad)
