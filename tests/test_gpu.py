@@ -1,5 +1,5 @@
 """The product's paths on one GPU, as a user runs them: `python -m megatron_scale.train` for every
-method in bf16 (3 iterations, save at 2, resume to 3), conversion HF -> Megatron -> HF with
+method in bf16 (SCALE-Preserve also with --scale-local-linear planar) (3 iterations, save at 2, resume to 3), conversion HF -> Megatron -> HF with
 `--verify` on CUDA, and the biography benchmark for a few steps on CUDA.
 
 Marked `gpu`: each skips, saying so, where no CUDA device is present (the CPU suite's device
@@ -23,11 +23,13 @@ from tests.convert._hf import make_hf
 from megatron_scale.testing.runs import make_dataset, records
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("full", "scale-preserve", "scale-adapt", "scale-route", "freeze", "llama-pro", "lora")
+METHODS = ("full", "scale-preserve", "scale-adapt", "scale-route", "freeze", "llama-pro", "lora", "scale-preserve+planar")
+"""Each a --method; after a '+', a variant of it (EXTRA's flags)."""
 MODEL = ("--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-query-groups 4 --ffn-hidden-size 256 "
          "--vocab-size 96 --seq-length 64 --micro-batch-size 2 --global-batch-size 8 --lr 1e-3 "
          "--lr-warmup-iters 1 --device cuda --bf16 --log-interval 1").split()
-EXTRA = {"freeze": ["--freeze-layers", "2"], "llama-pro": ["--llama-pro-blocks", "2"]}
+EXTRA = {"freeze": ["--freeze-layers", "2"], "llama-pro": ["--llama-pro-blocks", "2"],
+         "scale-preserve+planar": ["--scale-local-linear", "planar"]}
 
 
 def _env() -> dict[str, str]:
@@ -58,7 +60,7 @@ def test_the_subprocesses_keep_the_callers_pythonpath(monkeypatch: pytest.Monkey
 
 def _method_trains_saves_and_resumes(method: str, data: str, base: Path, tmp_path: Path) -> None:
     save, metrics = tmp_path / method, tmp_path / f"{method}.jsonl"
-    flags = ["--method", method, "--data-path", data, "--save", str(save), "--train-iters", "3",
+    flags = ["--method", method.split("+")[0], "--data-path", data, "--save", str(save), "--train-iters", "3",
              "--save-interval", "2", "--eval-interval", "1", "--eval-iters", "1", "--metrics-file", str(metrics),
              *EXTRA.get(method, [])]
     _train(*flags, "--load", str(base), "--exit-interval", "2")  # from the base: saves at 2 and stops
@@ -73,7 +75,7 @@ def _method_trains_saves_and_resumes(method: str, data: str, base: Path, tmp_pat
 
 @requires_gpus(1)
 def test_every_method_trains_saves_and_resumes_on_one_gpu(tmp_path: Path) -> None:
-    """The seven methods run side by side, one torchrun each (a tiny model: the GPU has room for
+    """The seven methods (and Preserve on the planar local linears) run side by side, one torchrun each (a tiny model: the GPU has room for
     all seven, and a GPU session's minutes are few); every method's failure is reported."""
     data = make_dataset(tmp_path / "ds", seed=0)
     base = tmp_path / "base"
