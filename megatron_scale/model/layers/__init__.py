@@ -2,6 +2,9 @@
 
     spec.py                 the layer specs (SCALE's, and the Llama ones the other methods use)
     linear.py, fused.py     the SCALE linears and their fused GEMMs; te_linear.py, te.py: on TE
+    te_fused.py, planar.py  one node per SCALE linear over the planar residual stream, its calls
+                            TE's (te.py te_functional) or torch's (torch_ops.py); split_attention.py:
+                            the base heads attended without autograd under the skip
     partition.py            how a SCALE linear's blocks are split across TP ranks
     norm.py                 RMSNorm over the widened hidden state
     heads.py                the two-table embedding and two-headed output layer, and the
