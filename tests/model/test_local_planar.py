@@ -4,7 +4,7 @@ tests/model/layers/test_te_fused.py's, with a stand-in that records them; the co
 tests/model/test_step_audit.py's.) Here:
 
 - one rank, in process: the planar model equals the fused local one (logits, every gradient by
-  checkpoint key, under the full and the skipped base backward), its Preserve head is bitwise the
+  checkpoint key; Preserve under the full and the skipped base backward, Adapt, Route), its Preserve head is bitwise the
   base model's, every module calls TORCH_OPS, and decoding (megatron-core's inference context) is
   refused by name;
 - the training entry end to end (torchrun, TP 2 with sequence parallelism, megatron-core's DDP and
@@ -53,8 +53,11 @@ def _in_process(rank: int, world: int) -> dict[str, Any]:
     init_distributed(1, 1, device="cpu", seed=1234)
     b = _tiny.batch(seed=5)
     out: dict[str, Any] = {}
-    for backward in ("full", "auto"):
-        fused, planar = _pair(ScaleConfig(variant="preserve", base_backward=backward))
+    adapt = ScaleConfig(variant="adapt", adapt_modules=("qkv", "proj", "fc1", "fc2"))
+    for backward, scale in (("full", ScaleConfig(variant="preserve", base_backward="full")),
+                            ("adapt", adapt), ("route", ScaleConfig(variant="route")),
+                            ("auto", ScaleConfig(variant="preserve"))):  # last: its model is the one below
+        fused, planar = _pair(scale)
         mods = [m for m in planar.modules() if isinstance(m, _FusedLinear | ScaleTEFinalNorm)]
         z_fused, z_planar = _step(fused, b), _step(planar, b)
         out[backward] = {"logits_err": float((z_fused - z_planar).abs().max()),
@@ -80,7 +83,7 @@ def one_rank() -> dict[str, Any]:
 
 def test_planar_computes_the_fused_local_model(one_rank: dict) -> None:
     assert not one_rank["full"]["skip"] and one_rank["auto"]["skip"], one_rank
-    for backward in ("full", "auto"):
+    for backward in ("full", "auto", "adapt", "route"):
         r = one_rank[backward]
         assert r["modules"] == 4 * _tiny.LAYERS + 1 and r["torch_ops"], r
         assert r["logits_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, (backward, r)
