@@ -21,31 +21,15 @@ import torch
 
 from tests import _tiny
 from tests._dist import run_ranks
-from tests.model.layers.test_te_fused import _grads_by_key, _rel, _step
+from tests.model.layers.test_te_fused import _grads_by_key, _models, _rel, _step
 
 pytestmark = pytest.mark.dist
-
-
-def _pair(scale: Any) -> tuple[Any, Any]:
-    """(fused local, planar local) at TP 1, the same trainable weights, off their zero init."""
-    from megatron_scale.model.layers.spec import local_backend
-    from megatron_scale.model.weights.state import global_state_dict, load_global_state_dict
-
-    state, cfg = _tiny.base_state_dict(tied=False), _tiny.base_config(1)
-    torch.manual_seed(11)
-    fused = _tiny.build_scale(cfg, scale, False, state)
-    with torch.no_grad():
-        for p in fused.parameters():
-            if p.requires_grad:
-                p.add_(0.05 * torch.randn_like(p))
-    planar = _tiny.build_scale(cfg, scale, False, state, backend=local_backend("local", linear="planar"))
-    load_global_state_dict(planar, global_state_dict(fused))
-    return fused, planar
 
 
 def _in_process(rank: int, world: int) -> dict[str, Any]:
     from megatron_scale.distributed import init_distributed
     from megatron_scale.model.layers.heads import output_head
+    from megatron_scale.model.layers.spec import local_backend
     from megatron_scale.model.layers.te_fused import ScaleTEFinalNorm, _FusedLinear
     from megatron_scale.model.layers.torch_ops import TORCH_OPS
     from megatron_scale.scale_config import ScaleConfig
@@ -57,7 +41,7 @@ def _in_process(rank: int, world: int) -> dict[str, Any]:
     for backward, scale in (("full", ScaleConfig(variant="preserve", base_backward="full")),
                             ("adapt", adapt), ("route", ScaleConfig(variant="route")),
                             ("auto", ScaleConfig(variant="preserve"))):  # last: its model is the one below
-        fused, planar = _pair(scale)
+        fused, planar = _models(1, False, scale, local_backend("local", linear="planar"))  # off the zero init
         mods = [m for m in planar.modules() if isinstance(m, _FusedLinear | ScaleTEFinalNorm)]
         z_fused, z_planar = _step(fused, b), _step(planar, b)
         out[backward] = {"logits_err": float((z_fused - z_planar).abs().max()),
